@@ -1,0 +1,95 @@
+"""Names, dims and dtypes of everything in a sweep store: the contract between writers and readers.
+
+One Zarr v3 store per sweep (a directory). Layout::
+
+    /                         attrs: config (resolved, JSON), fingerprint, versions, format
+    /<model>/                 attrs: source, dataset, n_layers, t_max, token_sets, shard_size,
+                                     n_inputs, n_shards
+    /<model>/input_id         (input,)                     str   stable input ids
+    /<model>/n_tokens         (input,)                     int32 real tokens of each input
+    /<model>/token_kind       (input, token)               int8  TokenKind, PAD beyond n_tokens
+    /<model>/attention        (input, layer, query, key)   float32, zero beyond n_tokens
+    /<model>/results/<var>    see RESULT_VARS               one value per (input, layer, token_set)
+    /baseline/holding         (size, chunk)                int64 holding matrices per trial chunk
+    /baseline/trials          (size, chunk)                int64 trials per trial chunk
+    /baseline/n               (size,)                      int64 matrix sizes
+                              attrs: sizes, trials, seed, chunk_trials
+
+Every array carries `_ARRAY_DIMENSIONS`-free Zarr v3 `dimension_names` equal to its dims here.
+Completion markers (one per model, shard and stage) live beside the arrays and are written only
+after the data they vouch for; see `storage.markers`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FORMAT = "dobrushin-sweep/1"
+BASELINE_GROUP = "baseline"
+RESULTS_GROUP = "results"
+STAGES = ("extract", "test")
+
+
+@dataclass(frozen=True)
+class Var:
+    """One stored variable: its dims (Zarr `dimension_names`), dtype and fill value."""
+
+    dims: tuple[str, ...]
+    dtype: str
+    fill: object
+    doc: str
+
+
+MODEL_VARS: dict[str, Var] = {
+    "input_id": Var(("input",), "str", "", "stable id of the input within its dataset"),
+    "n_tokens": Var(("input",), "int32", 0, "real tokens of the input (all token set)"),
+    "token_kind": Var(("input", "token"), "int8", -1, "workers.token_kinds.TokenKind per token"),
+    "attention": Var(
+        ("input", "layer", "query", "key"), "float32", 0.0,
+        "head-averaged attention probabilities, rows over the input's real tokens",
+    ),
+}
+
+RESULT_DIMS = ("input", "layer", "token_set")
+
+RESULT_VARS: dict[str, Var] = {
+    "kappa": Var(RESULT_DIMS, "float64", np.nan, "Dobrushin coefficient of A"),
+    "kappa_factor": Var(RESULT_DIMS, "float64", np.nan, "Dobrushin coefficient of M = (I + A)/2"),
+    "bound": Var(RESULT_DIMS, "float64", np.nan, "(1 + kappa)/2"),
+    "margin": Var(RESULT_DIMS, "float64", np.nan, "bound - kappa_factor (>= 0 up to rounding)"),
+    "holds": Var(RESULT_DIMS, "bool", False, "margin <= tol (the definition)"),
+    "holds_by_characterisation": Var(
+        RESULT_DIMS, "bool", False, "an attaining pair is mutually self-dominant (the theorem)"
+    ),
+    "pair_i": Var(RESULT_DIMS, "int32", -1, "first token of the returned pair (-1: none)"),
+    "pair_j": Var(RESULT_DIMS, "int32", -1, "second token of the returned pair (-1: none)"),
+    "attaining_pairs": Var(RESULT_DIMS, "int64", -1, "pairs attaining kappa within tol"),
+    "attaining_special": Var(
+        RESULT_DIMS, "bool", False, "every attaining pair involves a special token"
+    ),
+    "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
+    "status": Var(RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 too small"),
+    "rollout_kappa": Var(
+        RESULT_DIMS, "float64", np.nan, "kappa of the rollout M_l ... M_1 (Abnar & Zuidema order)"
+    ),
+    "rollout_bound": Var(
+        RESULT_DIMS, "float64", np.nan, "product of the layerwise bounds up to layer l"
+    ),
+}
+
+BASELINE_VARS: dict[str, Var] = {
+    "n": Var(("size",), "int64", 0, "matrix size"),
+    "holding": Var(("size", "chunk"), "int64", -1, "matrices where the bound is tight, per chunk"),
+    "trials": Var(("size", "chunk"), "int64", 0, "matrices drawn, per chunk"),
+}
+
+
+class ResultStatus:
+    """Values of the `status` result variable."""
+
+    NOT_COMPUTED = -1
+    OK = 0
+    EMPTY_ROW = 1  # a kept row lost all its mass when restricted to the token set
+    TOO_SMALL = 2  # the token set keeps no token at all

@@ -1,0 +1,1 @@
+"""Subcommands of the `sweep` command line; each module exposes `register(subparsers)`."""

@@ -1,0 +1,13 @@
+"""Typed errors for bad input. Messages are one line and name the culprit."""
+
+
+class InputError(ValueError):
+    """Bad input from a user: a file, a config value, a matrix. One line, names the culprit."""
+
+
+class NotStochasticError(InputError):
+    """A matrix that is not row-stochastic (or not square, or holds NaN/inf)."""
+
+
+class ExtractionError(RuntimeError):
+    """A model that cannot deliver one attention matrix per layer, or a capture that came back empty."""
