@@ -2,7 +2,8 @@
 
 One Zarr v3 store per sweep (a directory). Layout::
 
-    /                         attrs: config (resolved, JSON), fingerprint, versions, format
+    /                         attrs: config (resolved, JSON), fingerprint, versions, format,
+                                 models (names of the model groups)
     /<model>/                 attrs: source, dataset, n_layers, t_max, token_sets, shard_size,
                                      n_inputs, n_shards
     /<model>/input_id         (input,)                     str   stable input ids
@@ -12,8 +13,14 @@ One Zarr v3 store per sweep (a directory). Layout::
     /<model>/results/<var>    see RESULT_VARS               one value per (input, layer, token_set)
     /baseline/holding         (size, chunk)                int64 holding matrices per trial chunk
     /baseline/trials          (size, chunk)                int64 trials per trial chunk
+    /baseline/disagreements   (size, chunk)                int64 definition != characterisation
     /baseline/n               (size,)                      int64 matrix sizes
-                              attrs: sizes, trials, seed, chunk_trials
+                              attrs: sizes, trials, seed, chunk_trials, tol
+
+Bookkeeping that is not Zarr data lives in `<store>/.sweep/` (BOOKKEEPING_DIR): the lock file,
+completion markers (`markers/<model or baseline>/<stage>-<index>.done|.failed`) and cached
+checkpoints. Zarr warns once ("not recognized as a component") when it lists the root; readers
+can take the model names from the root attribute `models` instead of listing.
 
 Every array carries `_ARRAY_DIMENSIONS`-free Zarr v3 `dimension_names` equal to its dims here.
 Completion markers (one per model, shard and stage) live beside the arrays and are written only
@@ -30,6 +37,8 @@ FORMAT = "dobrushin-sweep/1"
 BASELINE_GROUP = "baseline"
 RESULTS_GROUP = "results"
 STAGES = ("extract", "test")
+BASELINE_STAGE = "baseline"
+BOOKKEEPING_DIR = ".sweep"
 
 
 @dataclass(frozen=True)
@@ -70,7 +79,9 @@ RESULT_VARS: dict[str, Var] = {
         RESULT_DIMS, "bool", False, "every attaining pair involves a special token"
     ),
     "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
-    "status": Var(RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 too small"),
+    "status": Var(
+        RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 too small"
+    ),
     "rollout_kappa": Var(
         RESULT_DIMS, "float64", np.nan, "kappa of the rollout M_l ... M_1 (Abnar & Zuidema order)"
     ),
@@ -83,6 +94,10 @@ BASELINE_VARS: dict[str, Var] = {
     "n": Var(("size",), "int64", 0, "matrix size"),
     "holding": Var(("size", "chunk"), "int64", -1, "matrices where the bound is tight, per chunk"),
     "trials": Var(("size", "chunk"), "int64", 0, "matrices drawn, per chunk"),
+    "disagreements": Var(
+        ("size", "chunk"), "int64", -1,
+        "matrices where holds and holds_by_characterisation differ, per chunk (expected 0)",
+    ),
 }
 
 

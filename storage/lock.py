@@ -1,0 +1,57 @@
+"""An exclusive lock on a store, so two `sweep run`s never drive the same store at once.
+
+`fcntl.flock` on a file inside the store: the kernel releases it when the holder exits, even on
+SIGKILL, so a killed driver never leaves a stale lock behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+from types import TracebackType
+
+from storage.layout import BOOKKEEPING_DIR
+from workers.errors import InputError
+
+
+class StoreBusyError(InputError):
+    """Another process holds the store's lock."""
+
+
+class StoreLock:
+    """Context manager holding an exclusive, non-blocking `flock` on the store's lock file."""
+
+    def __init__(self, store: str | Path) -> None:
+        self.store = Path(store)
+        self.path = self.store / BOOKKEEPING_DIR / "lock"
+        self._fd: int | None = None
+
+    def __enter__(self) -> StoreLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "unknown"
+            os.close(fd)
+            raise StoreBusyError(
+                f"store {self.store} is in use by another sweep run (pid {holder}); "
+                f"wait for it to finish or stop it, then rerun"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._fd = fd
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._fd is not None:
+            os.ftruncate(self._fd, 0)
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = None

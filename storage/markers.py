@@ -1,0 +1,79 @@
+"""Completion markers: one small file per (model or baseline, stage, index), written after data.
+
+`<store>/.sweep/markers/<scope>/<stage>-<index>.done` vouches that the task's data is fully
+written; `.failed` holds the error of a task that kept failing. Both are written atomically
+(temporary file, fsync, rename), so a marker is either absent or complete.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from storage.layout import BOOKKEEPING_DIR
+
+DONE, FAILED = ".done", ".failed"
+
+
+def marker_name(stage: str, index: int | str) -> str:
+    """`extract-00003` for shards, `baseline-n0008-c00002` style names pass through as given."""
+    return f"{stage}-{index:05d}" if isinstance(index, int) else f"{stage}-{index}"
+
+
+def _path(store: Path, scope: str, name: str, suffix: str) -> Path:
+    return Path(store) / BOOKKEEPING_DIR / "markers" / scope / f"{name}{suffix}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def mark_done(store: Path, scope: str, name: str) -> None:
+    """Record that the task's data is complete; clears any earlier failure."""
+    _write_atomic(_path(store, scope, name, DONE), "done\n")
+    _path(store, scope, name, FAILED).unlink(missing_ok=True)
+
+
+def mark_failed(store: Path, scope: str, name: str, error: str) -> None:
+    """Record the error of a task that failed after its retries."""
+    _write_atomic(_path(store, scope, name, FAILED), error.rstrip() + "\n")
+
+
+def clear(store: Path, scope: str, name: str) -> None:
+    """Forget a task's completion (its data is about to be rewritten)."""
+    _path(store, scope, name, DONE).unlink(missing_ok=True)
+
+
+def is_done(store: Path, scope: str, name: str) -> bool:
+    """Whether the task's done marker exists."""
+    return _path(store, scope, name, DONE).exists()
+
+
+@dataclass(frozen=True)
+class MarkerState:
+    """Status of one task: `done`, `failed` (with its error) or `pending`."""
+
+    state: str
+    error: str | None = None
+
+
+def read_state(store: Path, scope: str, name: str) -> MarkerState:
+    """The task's state as its markers say: done wins over failed, else pending."""
+    if is_done(store, scope, name):
+        return MarkerState("done")
+    failed = _path(store, scope, name, FAILED)
+    if failed.exists():
+        return MarkerState("failed", failed.read_text().strip())
+    return MarkerState("pending")

@@ -1,0 +1,254 @@
+"""Read a sweep store as an `xarray.DataTree` and reduce its verdicts to holding rates.
+
+Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
+arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
+once at the end), so partial and resumed sweeps report exactly what is done.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+import dask
+import dask.array as da
+import numpy as np
+import pandas as pd
+import xarray as xr
+import zarr
+
+from storage.layout import (
+    BASELINE_GROUP,
+    BASELINE_VARS,
+    FORMAT,
+    MODEL_VARS,
+    RESULT_VARS,
+    RESULTS_GROUP,
+    ResultStatus,
+    Var,
+)
+from workers.baseline import wilson_interval
+from workers.errors import InputError
+
+GROUP_KEYS = ("model", "layer", "token_set", "depth")
+COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
+
+
+def open_results(store: str | os.PathLike) -> xr.DataTree:
+    """Open a sweep store lazily: one node per model (input, layer, token_set) and a baseline node.
+
+    Raises InputError (one line) when `store` is missing or is not a dobrushin-sweep store.
+    """
+    path = Path(store)
+    root = _open_root(path)
+    nodes: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=dict(root.attrs))}
+    for name in root.attrs.get("models", []):  # the writer's list: no directory listing
+        group = root.get(name)
+        if not isinstance(group, zarr.Group):
+            raise InputError(f"{path}: root attr models lists {name!r} but there is no such group")
+        nodes[f"/{name}"] = _model_dataset(name, group, path)
+    baseline = root.get(BASELINE_GROUP)
+    if isinstance(baseline, zarr.Group):
+        nodes[f"/{BASELINE_GROUP}"] = _baseline_dataset(baseline, path)
+    return xr.DataTree.from_dict(nodes)
+
+
+def model_names(tree: xr.DataTree) -> list[str]:
+    """Names of the model nodes of a tree from `open_results`, in the store's `models` order."""
+    return [name for name in tree.children if name != BASELINE_GROUP]
+
+
+def holding_rates(
+    tree: xr.DataTree,
+    by: Sequence[str] = ("model", "layer", "token_set"),
+    tol: float | None = None,
+    depth_bins: int = 3,
+) -> pd.DataFrame:
+    """Tidy table of holding rates: one row per group of `by`, counts summed before dividing.
+
+    Columns: the `by` keys (plus `relative_depth` when grouping by model and layer, and
+    `depth_low`/`depth_high` when grouping by `depth`, the bin index of relative depth in
+    `depth_bins` equal bins), then `inputs` (cells with status OK), `holding`, `rate`, `ci_low`,
+    `ci_high` (95% Wilson), `pending` (not computed yet), `skipped` (empty row / too small) and
+    `disagreements` (OK cells whose stored verdict and characterisation differ; expected 0).
+    `tol` re-applies a tolerance from the stored margins (holds := margin <= tol).
+    """
+    return rates_from_cells(cell_counts(tree, tol), by, depth_bins)
+
+
+def rates_from_cells(
+    cells: pd.DataFrame, by: Sequence[str] = ("model", "layer", "token_set"), depth_bins: int = 3
+) -> pd.DataFrame:
+    """`holding_rates` from a `cell_counts` table: compute the counts once, group them many ways."""
+    by = list(dict.fromkeys(by))
+    unknown = [key for key in by if key not in GROUP_KEYS]
+    if unknown:
+        raise InputError(f"cannot group holding rates by {unknown}: choose from {list(GROUP_KEYS)}")
+    if depth_bins < 1:
+        raise InputError(f"depth_bins must be a positive integer, got {depth_bins}")
+    cells = cells.assign(depth=depth_bin(cells["relative_depth"].to_numpy(), depth_bins))
+    if by:
+        table = cells.groupby(by, sort=False)[list(COUNT_COLUMNS)].sum().reset_index()
+    else:
+        table = cells[list(COUNT_COLUMNS)].sum().to_frame().T.reset_index(drop=True)
+    if "model" in by and "layer" in by:
+        depth = cells.drop_duplicates(["model", "layer"])[["model", "layer", "relative_depth"]]
+        table = table.merge(depth, on=["model", "layer"], how="left")
+    if "depth" in by:
+        table["depth_low"] = table["depth"] / depth_bins
+        table["depth_high"] = (table["depth"] + 1) / depth_bins
+    return with_rates(table, "holding", "inputs")
+
+
+def cell_counts(tree: xr.DataTree, tol: float | None = None) -> pd.DataFrame:
+    """Counts per (model, layer, token_set): OK inputs, holding among them, pending, skipped,
+    disagreements."""
+    tol = check_tol(tol)
+    lazy = [_counts(tree[name].to_dataset(), tol) for name in model_names(tree)]
+    computed = dask.compute(*lazy)
+    frames = []
+    for name, counts in zip(model_names(tree), computed, strict=True):
+        frame = counts.to_dataframe().reset_index()
+        frame.insert(0, "model", name)
+        frames.append(frame)
+    columns = ["model", "layer", "token_set", "relative_depth", *COUNT_COLUMNS]
+    if not frames:
+        return pd.DataFrame({column: [] for column in columns})
+    cells = pd.concat(frames, ignore_index=True)[columns]
+    return cells.astype({column: np.int64 for column in COUNT_COLUMNS})
+
+
+def holds(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:
+    """Verdict per cell: the stored `holds`, or `margin <= tol` when a tolerance is given."""
+    return ds["holds"] if tol is None else ds["margin"] <= tol
+
+
+def ok(ds: xr.Dataset) -> xr.DataArray:
+    """Cells whose test has run and produced a verdict (status OK)."""
+    return ds["status"] == ResultStatus.OK
+
+
+def with_rates(table: pd.DataFrame, k: str, n: str, prefix: str = "") -> pd.DataFrame:
+    """Add `rate`, `ci_low`, `ci_high` (95% Wilson) for `table[k]` out of `table[n]`.
+
+    With no trials the rate is NaN and the interval (0, 1), as `workers.baseline` defines it.
+    """
+    table = table.copy()
+    counts, totals = table[k].to_numpy(np.int64), table[n].to_numpy(np.int64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        table[f"{prefix}rate"] = counts / totals
+    bounds = [wilson_interval(int(a), int(b)) for a, b in zip(counts, totals, strict=True)]
+    low, high = np.array(bounds, dtype=np.float64).reshape(-1, 2).T
+    table[f"{prefix}ci_low"], table[f"{prefix}ci_high"] = low, high
+    return table
+
+
+def depth_bin(relative_depth: np.ndarray, bins: int) -> np.ndarray:
+    """Index of the equal-width relative-depth bin (0 = first, bins - 1 holds depth 1)."""
+    index = np.floor(np.asarray(relative_depth, dtype=np.float64) * bins + 1e-9)
+    return np.clip(index, 0, bins - 1).astype(np.int64)
+
+
+def check_tol(tol: float | None) -> float | None:
+    """`tol` as a float, or InputError unless it is None or a non-negative finite number."""
+    if tol is None:
+        return None
+    value = float(tol)
+    if not np.isfinite(value) or value < 0:
+        raise InputError(f"tolerance must be a non-negative finite number, got {tol!r}")
+    return value
+
+
+def _counts(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
+    status = ds["status"]
+    done = ok(ds)
+    return xr.Dataset(
+        {
+            "inputs": done.sum("input"),
+            "holding": (done & holds(ds, tol)).sum("input"),
+            "pending": (status == ResultStatus.NOT_COMPUTED).sum("input"),
+            "skipped": (~done & (status != ResultStatus.NOT_COMPUTED)).sum("input"),
+            "disagreements": (done & (ds["holds"] != ds["holds_by_characterisation"]))
+            .sum("input"),
+        }
+    )
+
+
+def _open_root(path: Path) -> zarr.Group:
+    if not path.exists():
+        raise InputError(f"no sweep store at {path}: check the path or run `sweep run` first")
+    try:
+        root = zarr.open_group(path, mode="r", use_consolidated=False)
+    except (FileNotFoundError, ValueError, TypeError, KeyError) as error:
+        raise InputError(f"{path} is not a Zarr v3 sweep store ({error})") from error
+    found = root.attrs.get("format")
+    if found != FORMAT:
+        raise InputError(
+            f"{path} is not a dobrushin-sweep store: root attr format is {found!r}, "
+            f"expected {FORMAT!r}"
+        )
+    return root
+
+
+def _array(group: zarr.Group, name: str, spec: Var, where: str) -> zarr.Array:
+    array = group.get(name)
+    if not isinstance(array, zarr.Array):
+        raise InputError(f"{where}/{name} is missing: the store is incomplete or not a sweep store")
+    dims = tuple(array.metadata.dimension_names or ())
+    if dims != spec.dims:
+        raise InputError(f"{where}/{name} has dimension_names {dims}, expected {spec.dims}")
+    return array
+
+
+def _model_dataset(name: str, group: zarr.Group, path: Path) -> xr.Dataset:
+    where = f"{path}/{name}"
+    attrs = dict(group.attrs)
+    missing = [key for key in ("n_layers", "token_sets") if key not in attrs]
+    if missing:
+        raise InputError(f"{where} lacks the model attrs {missing}: not a sweep model group")
+    results = group.get(RESULTS_GROUP)
+    if not isinstance(results, zarr.Group):
+        raise InputError(f"{where}/{RESULTS_GROUP} is missing: the store is incomplete")
+    ids = _array(group, "input_id", MODEL_VARS["input_id"], where)[...]
+    input_id = np.array([str(i) for i in ids.tolist()], dtype=object)
+    n_layers, token_sets = int(attrs["n_layers"]), [str(t) for t in attrs["token_sets"]]
+    expected = (input_id.shape[0], n_layers, len(token_sets))
+    data_vars = {}
+    for var, spec in RESULT_VARS.items():
+        array = _array(results, var, spec, f"{where}/{RESULTS_GROUP}")
+        if array.shape != expected:
+            raise InputError(
+                f"{where}/{RESULTS_GROUP}/{var} has shape {array.shape}, expected {expected} "
+                "(inputs, n_layers, token_sets) from input_id and the model attrs"
+            )
+        data_vars[var] = (spec.dims, da.from_zarr(array))
+    n_tokens = _array(group, "n_tokens", MODEL_VARS["n_tokens"], where)
+    data_vars["n_tokens"] = (MODEL_VARS["n_tokens"].dims, da.from_zarr(n_tokens))
+    layer = np.arange(n_layers)
+    relative_depth = layer / (n_layers - 1) if n_layers > 1 else np.zeros(n_layers)
+    coords = {
+        "input": input_id,
+        "layer": layer,
+        "relative_depth": ("layer", relative_depth),
+        "token_set": token_sets,
+    }
+    return xr.Dataset(data_vars, coords=coords, attrs=attrs)
+
+
+def _baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
+    where = f"{path}/{BASELINE_GROUP}"
+    arrays = {var: _array(group, var, spec, where)[...] for var, spec in BASELINE_VARS.items()}
+    done = arrays["holding"] >= 0  # (size, chunk): -1 marks a chunk not done yet
+    table = pd.DataFrame(
+        {
+            "n": arrays["n"],
+            "trials": np.where(done, arrays["trials"], 0).sum(axis=1),
+            "holding": np.where(done, arrays["holding"], 0).sum(axis=1),
+            "disagreements": np.where(done, arrays["disagreements"], 0).sum(axis=1),
+            "chunks_done": done.sum(axis=1),
+            "chunks": np.full(done.shape[0], done.shape[1]),
+        }
+    )
+    table = with_rates(table, "holding", "trials")
+    return xr.Dataset.from_dataframe(table.set_index("n")).assign_attrs(dict(group.attrs))

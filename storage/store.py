@@ -1,0 +1,232 @@
+"""Create a sweep store from its template once, then let tasks write aligned regions.
+
+The driver (holding the store lock) calls `ensure_model` / `ensure_baseline` / `write_root_attrs`
+before any task runs: every array exists, with its final shape, before the first chunk is
+written. Tasks then write only chunks they own: a shard owns whole `n_tokens`, `token_kind` and
+`results` chunks (chunked by `shard_size` inputs) and whole `attention` chunks (one input each);
+a baseline task owns one (size, chunk) cell. A group's `fingerprint` attribute is written last,
+so a group without one was never finished and is rebuilt.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Mapping, Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import zarr
+
+from storage.fingerprint import describe_changes, fingerprint
+from storage.layout import (
+    BASELINE_GROUP,
+    BASELINE_VARS,
+    FORMAT,
+    MODEL_VARS,
+    RESULT_VARS,
+    RESULTS_GROUP,
+    Var,
+)
+from workers.errors import InputError
+
+VERSIONED = (
+    "dobrushin-sweep", "numpy", "zarr", "torch", "transformers", "timm",
+    "rtdl_revisiting_models", "distributed", "numba",
+)
+
+
+class StoreMismatchError(InputError):
+    """The store was built by a config that gives different results."""
+
+
+def library_versions() -> dict[str, str]:
+    """Installed versions of the libraries that shape the results ('absent' if not installed)."""
+    versions = {}
+    for name in VERSIONED:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "absent"
+    return versions
+
+
+def open_root(store: str | Path, mode: str = "r") -> zarr.Group:
+    """The store's root group; InputError if `store` is not a sweep store."""
+    try:
+        root = zarr.open_group(str(store), mode=mode, zarr_format=3)
+    except (FileNotFoundError, zarr.errors.GroupNotFoundError):
+        raise InputError(f"{store}: not a sweep store (no Zarr group there)") from None
+    if mode in ("r", "r+") and root.attrs.get("format") != FORMAT:
+        raise InputError(f"{store}: not a sweep store (root attribute format is not {FORMAT})")
+    return root
+
+
+def create_root(store: str | Path) -> zarr.Group:
+    """Open the store's root, creating it (format, library versions) when it does not exist."""
+    root = zarr.open_group(str(store), mode="a", zarr_format=3)
+    if "format" not in root.attrs:
+        root.attrs.update({"format": FORMAT, "versions": library_versions()})
+    elif root.attrs["format"] != FORMAT:
+        raise InputError(f"{store}: a Zarr store of another format ({root.attrs['format']})")
+    return root
+
+
+def _create(group: zarr.Group, name: str, var: Var, shape: tuple[int, ...],
+            chunks: tuple[int, ...]) -> zarr.Array:
+    dtype = str if var.dtype == "str" else var.dtype
+    return group.create_array(
+        name, shape=shape, chunks=chunks, dtype=dtype, fill_value=var.fill,
+        dimension_names=var.dims, attributes={"doc": var.doc},
+    )
+
+
+def _check_fingerprint(store: str | Path, what: str, group: zarr.Group,
+                       inputs: dict[str, Any], key_prefix: str) -> None:
+    stored = group.attrs.get("fingerprint_inputs", {})
+    if group.attrs["fingerprint"] != fingerprint(inputs):
+        changes = "; ".join(f"{key_prefix}{line}" for line in describe_changes(stored, inputs))
+        raise StoreMismatchError(
+            f"store {store}: {what} was computed with a different config ({changes}); "
+            f"restore those settings, or use a new store"
+        )
+
+
+def _reset_if_unfinished(root: zarr.Group, name: str) -> bool:
+    """True if the group is complete; an unfinished one (no fingerprint) is deleted."""
+    if name not in root:
+        return False
+    if "fingerprint" in root[name].attrs:
+        return True
+    shutil.rmtree(Path(str(root.store.root)) / name)
+    return False
+
+
+def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_layers: int,
+                 t_max: int, shard_size: int, token_sets: Sequence[str], attrs: Mapping[str, Any],
+                 fingerprint_inputs: dict[str, Any]) -> bool:
+    """Create model group `name` with every array, or check the existing one's fingerprint.
+
+    Returns True if the group was created now. Raises StoreMismatchError naming what changed.
+    """
+    if _reset_if_unfinished(root, name):
+        _check_fingerprint(root.store.root, f"model {name!r}", root[name], fingerprint_inputs,
+                           f"models.{name}.")
+        return False
+    n, s = len(input_ids), len(token_sets)
+    group = root.create_group(name)
+    shapes = {
+        "input_id": ((n,), (shard_size,)),
+        "n_tokens": ((n,), (shard_size,)),
+        "token_kind": ((n, t_max), (shard_size, t_max)),
+        "attention": ((n, n_layers, t_max, t_max), (1, n_layers, t_max, t_max)),
+    }
+    for var_name, (shape, chunks) in shapes.items():
+        _create(group, var_name, MODEL_VARS[var_name], shape, chunks)
+    group["input_id"][:] = np.asarray(input_ids, dtype=str)
+    results = group.create_group(RESULTS_GROUP)
+    for var_name, var in RESULT_VARS.items():
+        _create(results, var_name, var, (n, n_layers, s), (shard_size, n_layers, s))
+    group.attrs.update({
+        **attrs,
+        "n_layers": n_layers, "t_max": t_max, "token_sets": list(token_sets),
+        "shard_size": shard_size, "n_inputs": n, "n_shards": -(-n // shard_size),
+        "fingerprint_inputs": fingerprint_inputs,
+    })
+    group.attrs["fingerprint"] = fingerprint(fingerprint_inputs)
+    return True
+
+
+def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed: int,
+                    chunk_trials: int, n_chunks: int, tol: float) -> bool:
+    """Create the baseline group, or check the existing one's fingerprint. True if created now."""
+    inputs = {"sizes": list(sizes), "trials": trials, "seed": seed, "chunk_trials": chunk_trials,
+              "tol": tol}
+    if _reset_if_unfinished(root, BASELINE_GROUP):
+        _check_fingerprint(root.store.root, "the baseline", root[BASELINE_GROUP], inputs,
+                           "baseline.")
+        return False
+    group = root.create_group(BASELINE_GROUP)
+    _create(group, "n", BASELINE_VARS["n"], (len(sizes),), (len(sizes),))
+    group["n"][:] = np.asarray(sizes, dtype=np.int64)
+    for var_name in ("holding", "trials", "disagreements"):
+        _create(group, var_name, BASELINE_VARS[var_name], (len(sizes), n_chunks), (1, 1))
+    group.attrs.update({**inputs, "fingerprint_inputs": inputs})
+    group.attrs["fingerprint"] = fingerprint(inputs)
+    return True
+
+
+def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
+    """Record the resolved config, the model names and every group's fingerprint (driver only)."""
+    names = list(root.attrs.get("models", []))
+    names += [name for name in config.get("models", {}) if name not in names and name in root]
+    fingerprints = {name: root[name].attrs["fingerprint"] for name in names}
+    if BASELINE_GROUP in root:
+        fingerprints[BASELINE_GROUP] = root[BASELINE_GROUP].attrs["fingerprint"]
+    root.attrs.update({"config": config, "models": names, "fingerprint": fingerprints})
+
+
+def model_names(store: str | Path) -> list[str]:
+    """Names of the store's model groups, from the root attributes (no directory listing)."""
+    return list(open_root(store).attrs.get("models", []))
+
+
+def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
+    """A finished model group's attributes, or None if the store or the group does not exist."""
+    if not (Path(store) / "zarr.json").is_file():
+        return None
+    root = open_root(store)
+    if model not in root or "fingerprint" not in root[model].attrs:
+        return None
+    return dict(root[model].attrs)
+
+
+def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
+    """A model's group; InputError naming the store's models if there is no such model."""
+    root = open_root(store, mode=mode)
+    if model not in root.attrs.get("models", []) or model not in root:
+        raise InputError(
+            f"store {store}: no model {model!r}; it holds {root.attrs.get('models', [])}"
+        )
+    return root[model]
+
+
+def _shard_bounds(group: zarr.Group, start: int, stop: int) -> None:
+    size, n = group.attrs["shard_size"], group.attrs["n_inputs"]
+    if start % size or stop != min(start + size, n):
+        raise ValueError(f"[{start}, {stop}) is not one whole shard of size {size} of {n} inputs")
+
+
+def write_tokens(group: zarr.Group, start: int, n_tokens: np.ndarray,
+                 token_kind: np.ndarray) -> None:
+    """Write one whole shard's `n_tokens` (n,) and padded `token_kind` (n, t_max)."""
+    stop = start + len(n_tokens)
+    _shard_bounds(group, start, stop)
+    group["n_tokens"][start:stop] = n_tokens
+    group["token_kind"][start:stop] = token_kind
+
+
+def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> None:
+    """Write the padded attention (b, layer, t_max, t_max) of inputs start..start+b."""
+    group["attention"][start:start + len(attention)] = attention
+
+
+def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarray]) -> None:
+    """Write one whole shard's result variables, each (n, layer, token_set)."""
+    unknown = set(results) ^ set(RESULT_VARS)
+    if unknown:
+        raise ValueError(f"results must hold exactly {sorted(RESULT_VARS)}; differs: {unknown}")
+    stop = start + len(next(iter(results.values())))
+    _shard_bounds(group, start, stop)
+    for name, values in results.items():
+        group[RESULTS_GROUP][name][start:stop] = values
+
+
+def write_baseline(store: str | Path, size_index: int, chunk: int, holding: int,
+                   trials: int, disagreements: int) -> None:
+    """Write one (size, chunk) cell of the baseline counts."""
+    group = open_root(store, mode="r+")[BASELINE_GROUP]
+    group["holding"][size_index, chunk] = holding
+    group["trials"][size_index, chunk] = trials
+    group["disagreements"][size_index, chunk] = disagreements

@@ -1,0 +1,259 @@
+"""The cluster file (`cluster.yaml`): frozen pydantic specs, parsed once, errors naming the key.
+
+One file documents every kind; `kind:` selects the block that runs. Workers carry Dask
+resources: `GPU` (extraction tasks take one) and `CPU` (test and baseline tasks take one).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from workers.errors import InputError
+
+Kind = Literal["local", "address", "slurm", "kubernetes"]
+Gpus = Literal["auto"] | tuple[int, ...]
+TASK_RESOURCES = ("GPU", "CPU")
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class LocalPool(_Spec):
+    """A group of identical local worker processes."""
+
+    workers: int = Field(ge=0)
+    threads: int = Field(1, ge=1)
+    resources: dict[str, float]
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class LocalConfig(_Spec):
+    """A `distributed` cluster on this machine, sized to it unless `pools` says otherwise."""
+
+    threads: int = Field(1, ge=1, description="threads per machine-sized worker")
+    memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; auto shares the RAM")
+    gpus: Gpus = Field(
+        "auto", description="CUDA devices given one GPU worker each; auto: all torch sees"
+    )
+    pools: dict[str, LocalPool] | None = Field(
+        None, description="explicit pools replacing the machine-sized default"
+    )
+
+
+class AddressConfig(_Spec):
+    """An existing scheduler, by address or scheduler file (exactly one)."""
+
+    scheduler: str | None = None
+    scheduler_file: str | None = None
+    timeout: str = Field("30s", description="how long to try reaching the scheduler")
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> AddressConfig:
+        if (self.scheduler is None) == (self.scheduler_file is None):
+            raise ValueError("give exactly one of scheduler or scheduler_file")
+        return self
+
+
+class SlurmPool(_Spec):
+    """One SLURM job per worker; `resources` default to the pool's tag: GPU: 1 or CPU: cores."""
+
+    jobs: int = Field(1, ge=0)
+    cores: int = Field(ge=1)
+    memory: str
+    walltime: str | None = "01:00:00"
+    queue: str | None = None
+    account: str | None = None
+    job_extra_directives: tuple[str, ...] = ()
+    job_script_prologue: tuple[str, ...] = ()
+    resources: dict[str, float] | None = None
+
+
+class SlurmConfig(_Spec):
+    """dask-jobqueue on SLURM: the scheduler runs here, each pool submits its own worker jobs."""
+
+    scheduler_host: str | None = Field(None, description="bind the scheduler here, e.g. 127.0.0.1")
+    interface: str | None = Field(None, description="network interface for scheduler and workers")
+    python: str | None = Field(None, description="python on the nodes; default: this one")
+    local_directory: str | None = None
+    log_directory: str | None = None
+    death_timeout: int = Field(60, ge=1)
+    replace_lost_jobs: bool = True
+    lost_job_timeout: str = "10s"
+    gpu: SlurmPool
+    cpu: SlurmPool
+
+
+class KubernetesPool(_Spec):
+    """One worker group of the dask-kubernetes operator."""
+
+    workers: int = Field(ge=0)
+    cpu: str = "1"
+    memory: str = "4Gi"
+    gpus: int = Field(0, ge=0)
+    threads: int = Field(1, ge=1)
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    resources: dict[str, float] | None = None
+
+
+class KubernetesConfig(_Spec):
+    """dask-kubernetes operator: a DaskCluster (GPU pool as its default group) plus a CPU group."""
+
+    name: str = "dobrushin-sweep"
+    namespace: str | None = None
+    image: str
+    env: dict[str, str] = Field(default_factory=dict)
+    scheduler_service_type: str = "ClusterIP"
+    gpu: KubernetesPool
+    cpu: KubernetesPool
+
+
+class ClusterConfig(_Spec):
+    """Where the sweep's tasks run: the selected `kind` and the settings of every kind."""
+
+    kind: Kind = "local"
+    allowed_failures: int = Field(3, ge=0, description="worker deaths a task may survive")
+    dashboard_address: str = ":8787"
+    local: LocalConfig = LocalConfig()
+    address: AddressConfig | None = None
+    slurm: SlurmConfig | None = None
+    kubernetes: KubernetesConfig | None = None
+
+    @model_validator(mode="after")
+    def _selected_block_present(self) -> ClusterConfig:
+        if getattr(self, self.kind) is None:
+            raise ValueError(f"kind is {self.kind!r} but there is no {self.kind}: block")
+        return self
+
+
+def slurm_resources(pool_name: str, pool: SlurmPool) -> dict[str, float]:
+    """Resources each worker of a SLURM pool carries: configured, else GPU: 1 or CPU: cores."""
+    if pool.resources is not None:
+        return dict(pool.resources)
+    return {"GPU": 1.0} if pool_name == "gpu" else {"CPU": float(pool.cores)}
+
+
+def kubernetes_resources(pool_name: str, pool: KubernetesPool) -> dict[str, float]:
+    """Resources each Kubernetes pool worker carries: configured, else GPU: 1 or CPU: threads."""
+    if pool.resources is not None:
+        return dict(pool.resources)
+    return {"GPU": 1.0} if pool_name == "gpu" else {"CPU": float(pool.threads)}
+
+
+def check_pools_cover_tasks(pools: dict[str, tuple[int, dict[str, float]]], where: str) -> None:
+    """Raise InputError unless some worker carries GPU and some carries CPU (else tasks hang)."""
+    for tag in TASK_RESOURCES:
+        if not any(count > 0 and res.get(tag, 0) > 0 for count, res in pools.values()):
+            raise InputError(
+                f"{where}: no worker carries the {tag} resource, so tasks tagged {tag} would "
+                f"never run; give a pool with workers > 0 the resource {{{tag}: 1}}"
+            )
+
+
+def load_cluster_config(path: str | Path | None) -> ClusterConfig:
+    """Parse a cluster file (None: the embedded local default); bad input -> one-line InputError."""
+    if path is None:
+        return ClusterConfig()
+    path = Path(path)
+    if not path.is_file():
+        raise InputError(f"cluster file {path} does not exist; pass an existing file or none")
+    text = path.read_text()
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        line = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or type(error).__name__
+        raise InputError(f"{path}{line}: not valid YAML: {problem}; fix the syntax") from None
+    if raw is None:
+        return ClusterConfig()
+    if not isinstance(raw, dict):
+        raise InputError(f"{path}: expected a mapping of settings (kind: local, ...) at the top")
+    try:
+        cfg = ClusterConfig.model_validate(raw)
+    except ValidationError as error:
+        raise InputError(_one_line(error, path, text)) from None
+    _check_selected(cfg, path)
+    return cfg
+
+
+def _check_selected(cfg: ClusterConfig, path: Path) -> None:
+    block = getattr(cfg, cfg.kind)
+    if cfg.kind == "slurm":
+        pools = {n: (p.jobs, slurm_resources(n, p)) for n, p in _two(block)}
+    elif cfg.kind == "kubernetes":
+        pools = {n: (p.workers, kubernetes_resources(n, p)) for n, p in _two(block)}
+    elif cfg.kind == "local" and block.pools is not None:
+        pools = {n: (p.workers, p.resources) for n, p in block.pools.items()}
+    else:
+        return
+    check_pools_cover_tasks(pools, f"{path}: {cfg.kind}")
+
+
+def _two(block: SlurmConfig | KubernetesConfig) -> list[tuple[str, Any]]:
+    return [("gpu", block.gpu), ("cpu", block.cpu)]
+
+
+def _one_line(error: ValidationError, path: Path, text: str) -> str:
+    """The first validation error as: file line N: key.path: problem (got value); valid keys."""
+    first = error.errors()[0]
+    loc = tuple(first["loc"])
+    key = ".".join(str(part) for part in loc) or "(top level)"
+    line = _line_of(text, loc)
+    where = f"{path} line {line}" if line else str(path)
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        valid = _valid_keys(loc[:-1])
+        hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
+        return f"{where}: {key}: unknown key{hint}"
+    if first["type"] == "missing":
+        return f"{where}: {key}: required key is missing; add it"
+    got = first.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return f"{where}: {key}: {message}{shown}"
+
+
+def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
+    """1-based line of the deepest key of `loc` present in the YAML text, or None."""
+    node = yaml.compose(text)
+    line = None
+    for part in loc:
+        if not isinstance(node, yaml.MappingNode):
+            break
+        match = next((v for k, v in node.value if k.value == str(part)), None)
+        if match is None:
+            break
+        key_node = next(k for k, v in node.value if v is match)
+        line, node = key_node.start_mark.line + 1, match
+    return line
+
+
+def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the spec model found by following `loc` from ClusterConfig."""
+    model: Any = ClusterConfig
+    parts = list(loc)
+    while parts:
+        field = model.model_fields.get(str(parts.pop(0)))
+        if field is None:
+            return []
+        model, keyed = _spec_class(field.annotation)
+        if model is None:
+            return []
+        if keyed and parts:
+            parts.pop(0)  # the user's own name, e.g. a pool name under local.pools
+    return sorted(model.model_fields)
+
+
+def _spec_class(annotation: Any) -> tuple[type[_Spec] | None, bool]:
+    """The spec model inside `X`, `X | None` or `dict[str, X]`, and whether it sat in a dict."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, _Spec):
+            return candidate, False
+        values = getattr(candidate, "__args__", ())
+        if getattr(candidate, "__origin__", None) is dict and issubclass(values[1], _Spec):
+            return values[1], True
+    return None, False

@@ -1,0 +1,92 @@
+"""The local kind: a `distributed` SpecCluster of Nanny workers on this machine, one spec per pool.
+
+Machine-sized default (no `pools:`): with CUDA devices, one GPU worker per device (pinned with
+CUDA_VISIBLE_DEVICES) and CPU workers on the remaining cores; without, every worker carries both
+labels, so extraction runs on CPU workers that hold a `GPU` resource of 1 (one model pass at a
+time per worker) and the test tasks share the same cores.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+
+from distributed import Nanny, Scheduler, SpecCluster
+from distributed.system import MEMORY_LIMIT
+
+from sweep.clusters.config import ClusterConfig, Gpus, LocalConfig, LocalPool
+
+
+def cuda_devices(gpus: Gpus) -> tuple[int, ...]:
+    """The CUDA device indices to give GPU workers: the configured list, or all torch sees."""
+    if gpus != "auto":
+        return tuple(gpus)
+    import torch
+
+    return tuple(range(torch.cuda.device_count())) if torch.cuda.is_available() else ()
+
+
+def local_pools(cfg: LocalConfig, cpu_count: int, devices: Sequence[int]) -> dict[str, LocalPool]:
+    """Resolve the pools to start: the configured ones, else a default sized to the machine."""
+    if cfg.pools is not None:
+        return dict(cfg.pools)
+    if devices:
+        pools = {
+            f"gpu{device}": LocalPool(
+                workers=1, threads=1, resources={"GPU": 1.0},
+                env={"CUDA_VISIBLE_DEVICES": str(device)},
+            )
+            for device in devices
+        }
+        spare = max(1, (cpu_count - len(devices)) // cfg.threads)
+        pools["cpu"] = LocalPool(
+            workers=spare, threads=cfg.threads, resources={"CPU": float(cfg.threads)},
+            env={"CUDA_VISIBLE_DEVICES": ""},
+        )
+        return pools
+    workers = max(1, cpu_count // cfg.threads)
+    return {
+        "cpu": LocalPool(
+            workers=workers, threads=cfg.threads,
+            resources={"GPU": 1.0, "CPU": float(cfg.threads)},
+        )
+    }
+
+
+def worker_specs(pools: dict[str, LocalPool], memory_limit: str) -> dict[str, dict]:
+    """SpecCluster worker specs named `<pool>-<i>`, with resources, threads and thread env vars."""
+    total = sum(pool.workers for pool in pools.values())
+    if memory_limit == "auto":
+        memory_limit = str(MEMORY_LIMIT // max(total, 1))
+    specs = {}
+    for name, pool in pools.items():
+        env = {"OMP_NUM_THREADS": str(pool.threads), "MKL_NUM_THREADS": str(pool.threads)}
+        env.update(pool.env)
+        for i in range(pool.workers):
+            specs[f"{name}-{i}"] = {
+                "cls": Nanny,
+                "options": {
+                    "nthreads": pool.threads,
+                    "resources": dict(pool.resources),
+                    "memory_limit": memory_limit,
+                    "env": env,
+                    "silence_logs": logging.WARNING,
+                },
+            }
+    return specs
+
+
+def start_local(cfg: ClusterConfig) -> SpecCluster:
+    """Start the local cluster described by `cfg.local`; the caller closes it."""
+    pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
+    scheduler = {
+        "cls": Scheduler,
+        "options": {"host": "127.0.0.1", "dashboard_address": cfg.dashboard_address},
+    }
+    return SpecCluster(
+        workers=worker_specs(pools, cfg.local.memory_limit),
+        scheduler=scheduler,
+        silence_logs=logging.WARNING,
+        name="sweep-local",
+    )

@@ -1,0 +1,102 @@
+"""The slurm kind: dask-jobqueue, one scheduler here and two pools of worker jobs (GPU and CPU).
+
+How two pools share one scheduler: `SLURMCluster` is a `distributed.SpecCluster`, whose public
+`worker_spec` maps a worker name to `{"cls": SLURMJob, "options": job keywords}`; each entry is
+one `sbatch` job running one worker (processes=1). The cluster is built with the GPU pool's
+keywords (this starts the scheduler, bound to `scheduler_host` or `interface`); its
+`worker_spec` is then filled with `gpu-<i>` entries from the GPU pool and `cpu-<i>` entries from
+the CPU pool, and `scale(jobs=total)` submits them. SpecCluster starts heterogeneous specs as
+given, and a scale to the current total trims nothing. Each worker's `--resources` are its
+pool's, so the scheduler sends GPU-tagged tasks to GPU jobs and CPU-tagged tasks to CPU jobs.
+
+Pre-emption: a cancelled job (scancel, walltime, pre-emption) takes its worker away; the
+scheduler reschedules that worker's tasks (`allowed_failures` bounds how many deaths one task
+survives). After `lost_job_timeout` SpecCluster forgets the worker but keeps its spec, so a
+periodic `scale(jobs=total)` (`replace_lost_jobs`) resubmits the job.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from typing import Any
+
+from dask.utils import parse_timedelta
+from dask_jobqueue import SLURMCluster
+from dask_jobqueue.slurm import SLURMJob
+from distributed.core import Status
+from tornado.ioloop import PeriodicCallback
+
+from sweep.clusters.config import ClusterConfig, SlurmConfig, SlurmPool, slurm_resources
+from workers.errors import InputError
+
+POOLS = ("gpu", "cpu")
+
+
+def job_options(slurm: SlurmConfig, pool_name: str) -> dict[str, Any]:
+    """SLURMJob keywords for one worker job of a pool: directives, resources, python, dirs."""
+    pool: SlurmPool = getattr(slurm, pool_name)
+    resources = ",".join(f"{k}={v:g}" for k, v in slurm_resources(pool_name, pool).items())
+    return {
+        "cores": pool.cores,
+        "memory": pool.memory,
+        "processes": 1,
+        "queue": pool.queue,
+        "account": pool.account,
+        "walltime": pool.walltime,
+        "job_extra_directives": list(pool.job_extra_directives),
+        "job_script_prologue": list(pool.job_script_prologue),
+        "worker_extra_args": ["--resources", resources],
+        "python": slurm.python or sys.executable,
+        "local_directory": slurm.local_directory,
+        "log_directory": slurm.log_directory,
+        "death_timeout": slurm.death_timeout,
+        "job_name": f"sweep-{pool_name}",
+        "interface": slurm.interface,
+    }
+
+
+def job_scripts(slurm: SlurmConfig, scheduler: str = "tcp://<scheduler>:8786") -> dict[str, str]:
+    """The batch script each pool submits per worker (for dry runs and `sweep plan`)."""
+    return {
+        name: SLURMJob(scheduler, name=f"{name}-0", **job_options(slurm, name)).job_script()
+        for name in POOLS
+    }
+
+
+def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
+    """Start the scheduler here and submit every pool's worker jobs; the caller closes it."""
+    slurm = cfg.slurm
+    if slurm is None:
+        raise ValueError("start_slurm needs a config with a slurm: block")
+    if shutil.which("sbatch") is None:
+        raise InputError(
+            "kind: slurm, but sbatch is not on PATH; run on a SLURM login node "
+            "(or .ci/slurm-up.sh here), or choose another kind in the cluster file"
+        )
+    scheduler_options: dict[str, Any] = {"dashboard_address": cfg.dashboard_address}
+    if slurm.scheduler_host is not None:
+        scheduler_options["host"] = slurm.scheduler_host
+    cluster = SLURMCluster(**job_options(slurm, "gpu"), scheduler_options=scheduler_options)
+    for name in POOLS:
+        options = {
+            **job_options(slurm, name), "config_name": "slurm", "protocol": None, "security": None
+        }
+        for i in range(getattr(slurm, name).jobs):
+            cluster.worker_spec[f"{name}-{i}"] = {"cls": SLURMJob, "options": options}
+    cluster.scale(jobs=len(cluster.worker_spec))
+    if slurm.replace_lost_jobs:
+        _keep_jobs_submitted(cluster, interval_s=parse_timedelta(slurm.lost_job_timeout))
+    return cluster
+
+
+def _keep_jobs_submitted(cluster: SLURMCluster, interval_s: float) -> None:
+    """Every `interval_s`, resubmit the jobs of workers the cluster lost (closed with it)."""
+
+    def resubmit() -> None:
+        if cluster.status == Status.running:
+            cluster.scale(jobs=len(cluster.worker_spec))
+
+    callback = PeriodicCallback(resubmit, interval_s * 1000)
+    cluster.periodic_callbacks["sweep-replace-lost-jobs"] = callback
+    cluster.loop.add_callback(callback.start)

@@ -1,0 +1,75 @@
+"""`sweep extract MODEL_SOURCE INPUTS --out FILE.npz`: attention of a few inputs, no store.
+
+The npz holds no objects: `ids` (unicode array), and per input k `attention_<k>`
+(layer, T, T) float32 and `token_kind_<k>` (T,) int8.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from workers.errors import InputError
+from workers.extraction import DTYPES, load_extractor, prepare_model
+from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
+from workers.models import resolve_model
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "extract",
+        help="extract head-averaged attention of a model on some inputs into an .npz",
+        description=__doc__,
+    )
+    parser.add_argument("model", metavar="MODEL_SOURCE",
+                        help="preset name, hf:<id or dir>, timm:<name> or ft-transformer")
+    parser.add_argument("inputs", metavar="INPUTS",
+                        help="image folder, .txt, .csv, sklearn:<name>, pydoc:topics, hf:<dataset>")
+    parser.add_argument("--out", required=True, type=Path, help="output .npz file")
+    parser.add_argument("--kind", choices=KINDS, help="input kind (inferred when obvious)")
+    parser.add_argument("--limit", type=int, help="first N inputs only")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--device", default="auto", help="auto (CUDA if available), cpu, cuda:0")
+    parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
+    parser.add_argument("--target", default="target", help="CSV target column (tabular)")
+    parser.add_argument("--weights", help="local .safetensors weights (timm sources)")
+    parser.add_argument("--cache-dir", type=Path, help="FT-Transformer checkpoint cache")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    kind = args.kind or infer_kind(args.inputs)
+    if kind is None:
+        raise InputError(f"cannot tell the kind of inputs {args.inputs!r}: pass --kind {KINDS}")
+    if args.batch_size < 1:
+        raise InputError(f"--batch-size {args.batch_size}: must be at least 1")
+    is_source = ":" in args.inputs and not Path(args.inputs).exists()
+    spec = DatasetSpec(
+        kind=kind, limit=args.limit, target=args.target,
+        **({"source": args.inputs} if is_source else {"path": args.inputs}),
+    )
+    dataset = open_dataset(spec)
+    model = resolve_model(args.model, **({"weights": args.weights} if args.weights else {}))
+    if model.modality != kind:
+        raise InputError(f"model {args.model!r} takes {model.modality} inputs, not {kind}")
+    prepare_model(model, dataset, args.cache_dir)
+    extractor = load_extractor(model, dataset=dataset, device=args.device, dtype=args.dtype,
+                               cache_dir=args.cache_dir)
+    arrays: dict[str, np.ndarray] = {"ids": np.array(dataset.ids, dtype=str)}
+    start = time.perf_counter()
+    for first in range(0, len(dataset), args.batch_size):
+        indices = range(first, min(first + args.batch_size, len(dataset)))
+        outs = extractor.extract(dataset.load(indices), [dataset.ids[i] for i in indices])
+        for k, out in zip(indices, outs, strict=True):
+            arrays[f"attention_{k}"] = out.attention
+            arrays[f"token_kind_{k}"] = out.token_kind
+    seconds = time.perf_counter() - start
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(args.out, **arrays)
+    print(f"{args.out}: {len(dataset)} inputs, {extractor.n_layers} layers, {seconds:.1f} s",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,101 @@
+"""`sweep plan CONFIG`: the resolved config, inputs/shards/tasks per model, estimated store size
+and kernel work, and what an existing store already holds. Computes nothing."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from storage import markers
+from sweep.config import SweepConfig, default_config_path, load_config
+from sweep.plan import ModelFacts, SweepPlan, build_plan
+from sweep.runner import error_line, gather_facts
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan", help="dry run: inputs, shards, tasks, store size and work of a sweep config",
+        description="Print what `sweep run CONFIG` would do, without computing anything. "
+        "With no CONFIG, the bundled default sweep.",
+    )
+    parser.add_argument("config", nargs="?", type=Path, help="sweep YAML (default: bundled)")
+    parser.set_defaults(func=plan)
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def collect_facts(config: SweepConfig) -> tuple[dict[str, ModelFacts], dict[str, str]]:
+    """Facts of every model that can be sized here; for the others, why not (one line each)."""
+    facts, problems = {}, {}
+    for name in config.models:
+        try:
+            facts[name] = gather_facts(config, name, train=False)
+        except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
+            problems[name] = error_line(error)
+    return facts, problems
+
+
+def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
+    """The plan as printable lines: per model, the baseline, totals and problems."""
+    lines = ["", f"store: {plan.config.store}"
+             + (" (exists: resumes)" if (plan.config.store / "zarr.json").exists() else
+                " (new)")]
+    header = (f"{'model':<20} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
+              f"{'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} {'test work':>11}")
+    lines += ["", header]
+    total_bytes = total_work = total_tasks = 0
+    for model in plan.models:
+        tasks = [t for t in plan.tasks if getattr(t, "model", None) == model.name]
+        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        total_bytes += model.attention_bytes
+        total_work += model.work
+        total_tasks += len(tasks)
+        lines.append(
+            f"{model.name:<20} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
+            f"{model.n_layers:>6} {model.t_max:>6} {len(tasks):>6} {done:>5} "
+            f"{human_bytes(model.attention_bytes):>11} {model.work:>11.3g}"
+        )
+    if plan.baseline is not None:
+        b = plan.baseline
+        tasks = [t for t in plan.tasks if t.stage == "baseline"]
+        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        total_work += b.work
+        total_tasks += len(tasks)
+        lines.append(
+            f"{'baseline':<20} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
+            f"{b.n_chunks:>6} {'':>6} {max(b.sizes):>6} {len(tasks):>6} {done:>5} "
+            f"{'':>11} {b.work:>11.3g}"
+        )
+    lines += [
+        "",
+        f"total: {total_tasks} tasks; attention {human_bytes(total_bytes)} uncompressed "
+        f"(float32, padded to T_max); test work {total_work:.3g} pair-elements "
+        f"(sum of L * T^3/2 per token set: an upper bound)",
+        f"extraction tasks take the GPU resource, test and baseline tasks the CPU resource; "
+        f"checkpoints cache: {plan.config.checkpoint_dir}",
+    ]
+    for name, problem in problems.items():
+        lines.append(f"model {name}: cannot be sized here: {problem}")
+    return lines
+
+
+def plan(args: argparse.Namespace) -> int:
+    if args.config is None:
+        config = load_config(default_config_path(), base=Path.cwd())
+    else:
+        config = load_config(args.config)
+    print("resolved config:")
+    print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
+    facts, problems = collect_facts(config)
+    for line in describe(build_plan(config, facts), problems):
+        print(line)
+    return 1 if problems else 0

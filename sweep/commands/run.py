@@ -1,0 +1,46 @@
+"""`sweep run [CONFIG] [--cluster FILE]`: run a sweep into its store, resuming what is done."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from sweep.cluster import load_cluster_config, open_client
+from sweep.config import default_config_path, load_config
+from sweep.graph import DaskExecutor
+from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "run", help="run a sweep config into its Zarr store (resumes an existing store)",
+        description="Run a sweep. With no CONFIG, the bundled default sweep runs offline into "
+        "runs/default.zarr (relative to the current folder). Exit code 1 if tasks failed.",
+    )
+    parser.add_argument("config", nargs="?", type=Path, help="sweep YAML (default: bundled)")
+    parser.add_argument("--cluster", type=Path, default=None,
+                        help="cluster.yaml (default: a local cluster sized to this machine)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run every task in this process, without Dask (debugging)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.config is None:
+        config = load_config(default_config_path(), base=Path.cwd())
+    else:
+        config = load_config(args.config)
+    progress = not args.no_progress
+    cluster = None if args.in_process else load_cluster_config(args.cluster)
+    with locked(config):
+        plan = materialise(config)
+        if cluster is None:
+            summary = execute_plan(plan, InProcessExecutor(), progress=progress)
+        else:
+            with open_client(cluster) as client:
+                summary = execute_plan(plan, DaskExecutor(client), progress=progress)
+    for line in summary.lines():
+        print(line)
+    print(f"store: {config.store}")
+    return summary.exit_code

@@ -1,0 +1,35 @@
+"""`sweep status STORE`: done, pending and failed shards per model and stage, with errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from storage.status import store_status
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status", help="done/pending/failed shards of a store, per model and stage",
+        description="Show what a sweep store holds. Exit code 0 when everything is done, "
+        "1 when tasks are pending or failed.",
+    )
+    parser.add_argument("store", help="the sweep's Zarr store (a directory)")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.set_defaults(func=status)
+
+
+def status(args: argparse.Namespace) -> int:
+    stages = store_status(args.store)
+    if args.format == "json":
+        print(json.dumps([asdict(s) | {"total": s.total} for s in stages], indent=1))
+    else:
+        print(f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}")
+        for s in stages:
+            print(f"{s.scope:<24} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
+                  f"{s.total:>6}")
+        for s in stages:
+            for name, error in sorted(s.failed.items()):
+                print(f"failed {s.scope} {name}: {error}")
+    return 0 if all(s.done == s.total for s in stages) else 1

@@ -1,0 +1,233 @@
+"""The sweep config: YAML parsed once, at the edge, into frozen pydantic models.
+
+`load_config(path)` reads the file with `yaml.safe_load`, resolves relative paths against the
+file's folder and raises a one-line `InputError` naming the key path of the first problem, e.g.
+``sweep.yaml: models.minilm.dataset: unknown dataset 'sentence'; defined: cancer, sentences``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveInt,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
+
+from storage.layout import BOOKKEEPING_DIR
+from workers.baseline import BLOCK
+from workers.equality import DEFAULT_TOL
+from workers.errors import InputError
+from workers.inputs import DatasetSpec, infer_kind
+from workers.token_kinds import TOKEN_SETS
+
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+RESERVED_NAMES = frozenset({"baseline"})
+DTYPES = ("float32", "bfloat16", "float16")
+MESSAGES = {
+    "extra_forbidden": "unknown key (check its spelling against the documented keys)",
+    "missing": "required key is missing",
+}
+Dtype = Literal["float32", "bfloat16", "float16"]
+
+
+def _resolve(path: Path | None, info: ValidationInfo) -> Path | None:
+    """A relative path is relative to the config file's folder (`context["base"]`)."""
+    if path is None:
+        return None
+    base = (info.context or {}).get("base")
+    path = Path(path).expanduser()
+    return path if path.is_absolute() or base is None else Path(base) / path
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class DatasetConfig(_Frozen):
+    """One dataset: a local `path` or a `source` (`sklearn:...`, `pydoc:topics`, `hf:...`)."""
+
+    kind: Literal["image", "text", "tabular"] | None = None
+    path: Path | None = None
+    source: str | None = None
+    limit: PositiveInt | None = None
+    split: str | None = None
+    column: str | None = None
+    target: str | None = None
+
+    _path = field_validator("path")(_resolve)
+
+    @field_validator("source")
+    @classmethod
+    def _source_has_scheme(cls, value: str | None) -> str | None:
+        if value is not None and ":" not in value:
+            raise ValueError(f"source {value!r} needs a scheme such as sklearn:, pydoc: or hf:")
+        return value
+
+    def to_spec(self) -> DatasetSpec:
+        """The `workers.inputs.DatasetSpec` this entry describes (kind inferred when absent)."""
+        fields = self.model_dump(exclude_none=True)
+        if self.path is not None:
+            fields["path"] = str(self.path)
+        fields["kind"] = self.kind or infer_kind(str(self.path or self.source))
+        return DatasetSpec(**fields)
+
+
+class ModelConfig(_Frozen):
+    """One model: a source (preset, `hf:`, `timm:`, `ft-transformer`) run on a named dataset."""
+
+    source: str = Field(min_length=1)
+    dataset: str
+    batch_size: PositiveInt | None = None
+    dtype: Dtype | None = None
+    device: str | None = None
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class BaselineConfig(_Frozen):
+    """The Monte Carlo baseline: `trials` uniform random stochastic matrices per size."""
+
+    sizes: tuple[PositiveInt, ...] = Field(min_length=1)
+    trials: PositiveInt
+    seed: NonNegativeInt = 0
+    chunk_trials: PositiveInt = 1000
+
+    @field_validator("chunk_trials")
+    @classmethod
+    def _whole_blocks(cls, chunk_trials: int) -> int:
+        if chunk_trials % BLOCK:
+            raise ValueError(f"must be a multiple of {BLOCK} (the baseline's block of trials)")
+        return chunk_trials
+
+    @field_validator("sizes")
+    @classmethod
+    def _unique_sizes(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
+        if len(set(sizes)) != len(sizes):
+            raise ValueError(f"sizes repeat a value: {list(sizes)}")
+        return sizes
+
+
+class SweepConfig(_Frozen):
+    """A whole sweep. Per-model `batch_size`/`dtype`/`device` override the top-level defaults."""
+
+    store: Path
+    shard_size: PositiveInt = 32
+    token_sets: tuple[str, ...] = tuple(TOKEN_SETS)
+    tol: float = Field(default=DEFAULT_TOL, ge=0.0)
+    retries: NonNegativeInt = 2
+    batch_size: PositiveInt = 8
+    dtype: Dtype = "float32"
+    device: str = "auto"
+    cache_dir: Path | None = None
+    datasets: dict[str, DatasetConfig] = Field(default_factory=dict)
+    models: dict[str, ModelConfig] = Field(default_factory=dict)
+    baseline: BaselineConfig | None = None
+
+    _store = field_validator("store")(_resolve)
+    _cache = field_validator("cache_dir")(_resolve)
+
+    @field_validator("token_sets")
+    @classmethod
+    def _known_token_sets(cls, sets: tuple[str, ...]) -> tuple[str, ...]:
+        if not sets:
+            raise ValueError(f"give at least one token set of {sorted(TOKEN_SETS)}")
+        for name in sets:
+            if name not in TOKEN_SETS:
+                raise ValueError(f"unknown token set {name!r}; choose from {sorted(TOKEN_SETS)}")
+        if len(set(sets)) != len(sets):
+            raise ValueError(f"token sets repeat a value: {list(sets)}")
+        return sets
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """Where trained checkpoints (FT-Transformer) live: `cache_dir`, else inside the store."""
+        return self.cache_dir or self.store / BOOKKEEPING_DIR / "cache"
+
+    def model_setting(self, name: str, key: Literal["batch_size", "dtype", "device"]) -> Any:
+        """A model's own setting, or the sweep-wide default when the model does not set it."""
+        value = getattr(self.models[name], key)
+        return getattr(self, key) if value is None else value
+
+    def resolved(self) -> dict[str, Any]:
+        """The config as plain JSON data, every default filled in."""
+        return self.model_dump(mode="json")
+
+
+def _key_path(loc: tuple[Any, ...]) -> str:
+    return ".".join(str(part) for part in loc) or "(top level)"
+
+
+def _check_references(config: SweepConfig) -> None:
+    """Names are usable as Zarr group names and every model names a defined dataset."""
+    for section in ("datasets", "models"):
+        for name in getattr(config, section):
+            if not NAME.match(name) or name in RESERVED_NAMES:
+                raise InputError(
+                    f"{section}.{name}: invalid name; use letters, digits, '_', '.', '-' "
+                    f"(not starting with a symbol, not {sorted(RESERVED_NAMES)})"
+                )
+    for name, model in config.models.items():
+        if model.dataset not in config.datasets:
+            defined = ", ".join(sorted(config.datasets)) or "none"
+            raise InputError(
+                f"models.{name}.dataset: unknown dataset {model.dataset!r}; defined: {defined}"
+            )
+    for name, dataset in config.datasets.items():
+        if (dataset.path is None) == (dataset.source is None):
+            raise InputError(f"datasets.{name}: give exactly one of 'path' or 'source'")
+        if dataset.kind is None and infer_kind(str(dataset.path or dataset.source)) is None:
+            raise InputError(
+                f"datasets.{name}.kind: cannot infer the kind of {dataset.path or dataset.source}; "
+                f"set kind: image, text or tabular"
+            )
+
+
+def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
+    """Validate already-parsed YAML data; relative paths resolve against `base`."""
+    if not isinstance(data, dict):
+        raise InputError(f"expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        config = SweepConfig.model_validate(data, context={"base": base})
+    except ValidationError as error:
+        first = error.errors()[0]
+        message = MESSAGES.get(first["type"], first["msg"])
+        raise InputError(f"{_key_path(first['loc'])}: {message}") from None
+    _check_references(config)
+    return config
+
+
+def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:
+    """Read a sweep YAML file into a `SweepConfig`; every error is one line naming file and key.
+
+    Relative paths resolve against `base`, by default the file's folder.
+    """
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such config file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise InputError(f"{path.name}:{where}: {problem}") from None
+    try:
+        return parse_config(data, base=base or path.resolve().parent)
+    except InputError as error:
+        raise InputError(f"{path.name}: {error}") from None
+
+
+def default_config_path() -> Path:
+    """The bundled default sweep (offline, a few minutes on 2 cores)."""
+    return Path(__file__).parent / "configs" / "default.yaml"

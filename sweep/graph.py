@@ -1,0 +1,70 @@
+"""The sweep on Dask: one future per task, tagged with its pool, keyed by its task key.
+
+Extraction takes the `GPU` resource, tests and baseline chunks the `CPU` resource (untagged
+tasks would land on GPU workers too). A test future takes its shard's extraction future as an
+argument, so it runs after it and never runs if it failed. Futures carry only the small frozen
+task specs; workers load models once through `workers.tasks`' per-process cache.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from distributed import Client, Future, as_completed
+from tqdm import tqdm
+
+from sweep.plan import SweepPlan, Task
+from sweep.runner import error_line
+from workers.tasks import run_task
+
+
+def _run(task: Task, *after: object) -> int:
+    """Worker side: run the task (`after` are the results it waited for, unused)."""
+    return run_task(task)
+
+
+def submit_tasks(client: Client, plan: SweepPlan, tasks: list[Task],
+                 retries: int) -> dict[str, Future]:
+    """Submit every task in plan order; a test depends on its extraction when that reruns."""
+    futures: dict[str, Future] = {}
+    for task in tasks:
+        dependency = plan.depends_on(task)
+        after = (futures[dependency],) if dependency in futures else ()
+        futures[task.key] = client.submit(
+            _run, task, *after, key=task.key, resources=task.resources, retries=retries,
+            pure=False,
+        )
+    return futures
+
+
+class DaskExecutor:
+    """Runs tasks on a `distributed.Client` with a progress bar (`open_client` prints the
+    dashboard address)."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
+                progress: bool) -> tuple[dict[str, str | None], list[str]]:
+        futures = submit_tasks(self.client, plan, tasks, retries)
+        outcomes: dict[str, str | None] = {}
+        errors: dict[str, BaseException] = {}
+        with tqdm(total=len(futures), desc="sweep", unit="task", file=sys.stderr,
+                  disable=not progress) as bar:
+            for future in as_completed(futures.values()):
+                if future.status == "error":
+                    errors[future.key] = future.exception()
+                else:
+                    outcomes[future.key] = None
+                bar.update()
+        blocked = []
+        for task in tasks:
+            if task.key not in errors:
+                continue
+            dependency = plan.depends_on(task)
+            if dependency in errors:
+                blocked.append(task.key)  # its extraction failed: the test never ran
+            else:
+                outcomes[task.key] = error_line(errors[task.key])
+        self.client.cancel(list(futures.values()))
+        return outcomes, blocked

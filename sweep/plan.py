@@ -1,0 +1,306 @@
+"""The plan is data: config + measured facts -> frozen task specs with deterministic keys.
+
+Pure: no I/O, no Dask. Inputs split into contiguous shards of `shard_size` in dataset order;
+per (model, shard) an extraction task (GPU pool) and a test task (CPU pool) that depends on it;
+per (baseline size, trial chunk) a baseline task (CPU pool). `sweep.runner` gathers the facts
+and interprets the plan; `sweep plan` prints it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from storage.fingerprint import fingerprint
+from storage.layout import BASELINE_GROUP, BASELINE_STAGE
+from storage.markers import marker_name
+from sweep.config import SweepConfig
+from workers.baseline import BLOCK, baseline_blocks
+from workers.inputs import DatasetSpec
+from workers.models import ModelSpec, resolve_model
+
+ATTENTION_ITEMSIZE = 4  # float32
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What sizing a model's store needs, measured without a forward pass."""
+
+    input_ids: tuple[str, ...]
+    n_layers: int
+    t_max: int  # most real tokens of any input
+    cube_sum: int  # sum over inputs of T^3 // 2: pair-elements of one layer's test
+
+    @classmethod
+    def from_counts(cls, input_ids: tuple[str, ...], n_layers: int,
+                    token_counts: list[int] | tuple[int, ...]) -> ModelFacts:
+        """Facts from each input's real token count."""
+        return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts))
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    """One model's slice of the sweep: its specs, sizes and shards."""
+
+    name: str
+    spec: ModelSpec
+    dataset: DatasetSpec
+    dataset_name: str
+    n_inputs: int
+    n_layers: int
+    t_max: int
+    shard_size: int
+    token_sets: tuple[str, ...]
+    tol: float
+    dtype: str
+    batch_size: int
+    device: str
+    ids_sha256: str
+    work: int  # pair-elements of the test: sum over inputs, layers, sets of T^3 / 2 (upper bound)
+    cube_sum: int
+
+    @property
+    def n_shards(self) -> int:
+        return math.ceil(self.n_inputs / self.shard_size)
+
+    def shard_range(self, shard: int) -> tuple[int, int]:
+        """[start, stop) of the inputs in `shard`."""
+        start = shard * self.shard_size
+        return start, min(start + self.shard_size, self.n_inputs)
+
+    def fingerprint_inputs(self) -> dict[str, Any]:
+        """Everything that determines this model's stored values (not batch size or device)."""
+        return {
+            "model": self.spec.to_dict(),
+            "dataset": self.dataset.to_dict(),
+            "input_ids_sha256": self.ids_sha256,
+            "n_inputs": self.n_inputs,
+            "n_layers": self.n_layers,
+            "t_max": self.t_max,
+            "shard_size": self.shard_size,
+            "token_sets": list(self.token_sets),
+            "tol": self.tol,
+            "dtype": self.dtype,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.fingerprint_inputs())
+
+    @property
+    def attention_bytes(self) -> int:
+        """Uncompressed size of the padded attention array."""
+        return self.n_inputs * self.n_layers * self.t_max**2 * ATTENTION_ITEMSIZE
+
+
+@dataclass(frozen=True)
+class BaselinePlan:
+    """The Monte Carlo baseline: `trials` per size, cut into chunks of `chunk_trials`."""
+
+    sizes: tuple[int, ...]
+    trials: int
+    seed: int
+    chunk_trials: int  # a multiple of workers.baseline.BLOCK
+    tol: float
+
+    @property
+    def n_chunks(self) -> int:
+        return math.ceil(self.trials / self.chunk_trials)
+
+    def chunk_blocks(self, chunk: int) -> tuple[tuple[int, int], ...]:
+        """The (block index, trials) blocks of `chunk`: whole blocks of `baseline_blocks`."""
+        per_chunk = self.chunk_trials // BLOCK
+        return tuple(baseline_blocks(self.trials)[chunk * per_chunk:(chunk + 1) * per_chunk])
+
+    def fingerprint_inputs(self) -> dict[str, Any]:
+        return {
+            "sizes": list(self.sizes),
+            "trials": self.trials,
+            "seed": self.seed,
+            "chunk_trials": self.chunk_trials,
+            "tol": self.tol,
+        }
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.fingerprint_inputs())
+
+    @property
+    def work(self) -> int:
+        """Pair-elements of the test over all trials (n^3 / 2 per matrix)."""
+        return sum(self.trials * n**3 // 2 for n in self.sizes)
+
+
+@dataclass(frozen=True)
+class ExtractTask:
+    """Extract one shard of a model's inputs and write attention, n_tokens and token kinds."""
+
+    key: str
+    store: str
+    model: str
+    shard: int
+    start: int
+    stop: int
+    spec: ModelSpec
+    dataset: DatasetSpec
+    batch_size: int
+    device: str
+    dtype: str
+    cache_dir: str
+
+    stage = "extract"
+    resources = {"GPU": 1}
+
+    @property
+    def scope(self) -> str:
+        return self.model
+
+    @property
+    def marker(self) -> str:
+        return marker_name(self.stage, self.shard)
+
+
+@dataclass(frozen=True)
+class TestTask:
+    """Test one shard: read its attention back, write results for every token set + rollout."""
+
+    key: str
+    store: str
+    model: str
+    shard: int
+    start: int
+    stop: int
+    token_sets: tuple[str, ...]
+    tol: float
+
+    stage = "test"
+    resources = {"CPU": 1}
+    __test__ = False  # not a pytest class
+
+    @property
+    def scope(self) -> str:
+        return self.model
+
+    @property
+    def marker(self) -> str:
+        return marker_name(self.stage, self.shard)
+
+
+@dataclass(frozen=True)
+class BaselineTask:
+    """Count holding matrices among one chunk of one size's trials."""
+
+    key: str
+    store: str
+    size_index: int
+    n: int
+    chunk: int
+    blocks: tuple[tuple[int, int], ...]  # (block index, trials) of workers.baseline
+    seed: int
+    tol: float
+
+    stage = BASELINE_STAGE
+    resources = {"CPU": 1}
+    scope = BASELINE_GROUP
+
+    @property
+    def marker(self) -> str:
+        return marker_name(self.stage, f"n{self.n:04d}-c{self.chunk:05d}")
+
+
+Task = ExtractTask | TestTask | BaselineTask
+
+
+@dataclass(frozen=True)
+class SweepPlan:
+    """The whole sweep as data: per-model plans, the baseline plan and every task."""
+
+    config: SweepConfig
+    models: tuple[ModelPlan, ...]
+    baseline: BaselinePlan | None
+    tasks: tuple[Task, ...]
+
+    def depends_on(self, task: Task) -> str | None:
+        """Key of the task `task` must wait for (a test waits for its shard's extraction)."""
+        return extract_key(task.model, task.shard) if isinstance(task, TestTask) else None
+
+
+def extract_key(model: str, shard: int) -> str:
+    return f"extract-{model}-{shard:05d}"
+
+
+def test_key(model: str, shard: int) -> str:
+    return f"test-{model}-{shard:05d}"
+
+
+def baseline_key(n: int, chunk: int) -> str:
+    return f"baseline-n{n:04d}-c{chunk:05d}"
+
+
+def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
+    """Size one model from its facts (ids, layers, token counts)."""
+    entry = config.models[name]
+    spec = resolve_model(entry.source, **entry.options)
+    work = len(config.token_sets) * facts.n_layers * facts.cube_sum
+    return ModelPlan(
+        name=name,
+        spec=spec,
+        dataset=config.datasets[entry.dataset].to_spec(),
+        dataset_name=entry.dataset,
+        n_inputs=len(facts.input_ids),
+        n_layers=facts.n_layers,
+        t_max=facts.t_max,
+        shard_size=config.shard_size,
+        token_sets=config.token_sets,
+        tol=config.tol,
+        dtype=config.model_setting(name, "dtype"),
+        batch_size=config.model_setting(name, "batch_size"),
+        device=config.model_setting(name, "device"),
+        ids_sha256=fingerprint(list(facts.input_ids)),
+        work=work,
+        cube_sum=facts.cube_sum,
+    )
+
+
+def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
+    store, cache = str(config.store), str(config.checkpoint_dir)
+    tasks: list[Task] = []
+    for shard in range(plan.n_shards):
+        start, stop = plan.shard_range(shard)
+        tasks.append(ExtractTask(
+            extract_key(plan.name, shard), store, plan.name, shard, start, stop, plan.spec,
+            plan.dataset, plan.batch_size, plan.device, plan.dtype, cache,
+        ))
+        tasks.append(TestTask(
+            test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
+            plan.tol,
+        ))
+    return tasks
+
+
+def _baseline_tasks(store: Path, plan: BaselinePlan) -> list[Task]:
+    tasks: list[Task] = []
+    for index, n in enumerate(plan.sizes):
+        for chunk in range(plan.n_chunks):
+            tasks.append(BaselineTask(
+                baseline_key(n, chunk), str(store), index, n, chunk, plan.chunk_blocks(chunk),
+                plan.seed, plan.tol,
+            ))
+    return tasks
+
+
+def build_plan(config: SweepConfig, facts: dict[str, ModelFacts]) -> SweepPlan:
+    """The sweep for the models in `facts` (in config order) and the configured baseline."""
+    models = tuple(model_plan(config, name, facts[name]) for name in config.models if name in facts)
+    baseline = None
+    if config.baseline is not None:
+        b = config.baseline
+        baseline = BaselinePlan(tuple(b.sizes), b.trials, b.seed, b.chunk_trials, config.tol)
+    tasks: list[Task] = []
+    for plan in models:
+        tasks.extend(_model_tasks(config, plan))
+    if baseline is not None:
+        tasks.extend(_baseline_tasks(config.store, baseline))
+    return SweepPlan(config, models, baseline, tuple(tasks))

@@ -1,0 +1,318 @@
+"""The study's tables from a results tree, and their renderings as Markdown, CSV and JSON.
+
+`build_report` reduces a tree from `storage.query.open_results` to six sections of tidy tables
+(counts first, rates and 95% Wilson intervals from them); the renderers only format.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from dataclasses import dataclass, fields
+
+import dask
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from storage.layout import BASELINE_GROUP
+from storage.query import (
+    cell_counts,
+    check_tol,
+    holds,
+    model_names,
+    ok,
+    rates_from_cells,
+    with_rates,
+)
+
+LAST_THIRD = 2  # index of the last of three relative-depth bins
+RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
+
+
+@dataclass(frozen=True)
+class Report:
+    """The six sections of the study as tidy tables (one row per group, counts and rates)."""
+
+    store: str
+    tol: float | None  # None: the verdicts stored by the sweep
+    summary: pd.DataFrame  # 1. model, token_set: holding rate over input-layer pairs
+    rates: pd.DataFrame  # 2. model, layer, relative_depth, token_set
+    depth: pd.DataFrame  # 3. model, token_set, depth third
+    failures: pd.DataFrame  # 3. model, token_set: share of failures in the last third
+    rescue: pd.DataFrame  # 4. model: all-token failures that hold on content tokens
+    special_pairs: pd.DataFrame  # 4. model: attaining pairs that involve a special token
+    baseline: pd.DataFrame  # 5. n: random row-stochastic matrices
+    token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
+    rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
+
+
+def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
+    """Reduce a results tree to the study's tables; `tol` re-applies a tolerance to margins."""
+    tol = check_tol(tol)
+    cells = cell_counts(tree, tol)  # read the verdicts once, group them three ways
+    depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=3)
+    order = {name: index for index, name in enumerate(model_names(tree))}
+    depth = depth.sort_values(  # models in store order, then token set and depth
+        ["model", "token_set", "depth"], kind="stable", ignore_index=True,
+        key=lambda column: column.map(order) if column.name == "model" else column,
+    )
+    return Report(
+        store=store,
+        tol=tol,
+        summary=rates_from_cells(cells, by=("model", "token_set")),
+        rates=rates_from_cells(cells),
+        depth=depth,
+        failures=failures_by_depth(depth),
+        rescue=special_token_rescue(tree, tol),
+        special_pairs=special_pairs(tree, tol),
+        baseline=baseline_table(tree),
+        token_counts=token_counts(tree),
+        rollout=rollout_gap(tree),
+    )
+
+
+def failures_by_depth(depth: pd.DataFrame) -> pd.DataFrame:
+    """Per model and token set: failures (inputs - holding) and the share in the last third."""
+    frame = depth.assign(failures=depth["inputs"] - depth["holding"])
+    frame["last_third"] = np.where(frame["depth"] == LAST_THIRD, frame["failures"], 0)
+    table = frame.groupby(["model", "token_set"], sort=False)[["failures", "last_third"]].sum()
+    return with_rates(table.reset_index(), "last_third", "failures")
+
+
+def special_token_rescue(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
+    """Of the input-layer pairs that fail on all tokens, how many hold on content tokens."""
+    names, lazy = [], []
+    for name in _models_with(tree, ("all", "content")):
+        ds = tree[name].to_dataset()
+        every, content = ds.sel(token_set="all"), ds.sel(token_set="content")
+        failing = ok(every) & ~holds(every, tol)  # (input, layer)
+        tested = failing & ok(content)
+        lazy.append((failing.sum(), tested.sum(), (tested & holds(content, tol)).sum()))
+        names.append(name)
+    rows = [
+        {"model": name, "failing_all": int(a), "content_tested": int(b), "holding_content": int(c)}
+        for name, (a, b, c) in zip(names, dask.compute(*lazy), strict=True)
+    ]
+    columns = ["model", "failing_all", "content_tested", "holding_content"]
+    return with_rates(pd.DataFrame(rows, columns=columns), "holding_content", "content_tested")
+
+
+def special_pairs(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
+    """How often every attaining pair involves a special token, on all tokens: overall and
+    among the failing pairs (attaining pairs as found at the sweep's own tolerance)."""
+    names, lazy = [], []
+    for name in _models_with(tree, ("all",)):
+        every = tree[name].to_dataset().sel(token_set="all")
+        done, special = ok(every), every["attaining_special"]
+        failing = done & ~holds(every, tol)
+        lazy.append((done.sum(), (done & special).sum(), failing.sum(), (failing & special).sum()))
+        names.append(name)
+    columns = ["model", "inputs", "special", "failing", "failing_special"]
+    rows = [
+        dict(zip(columns, [name, *map(int, counts)], strict=True))
+        for name, counts in zip(names, dask.compute(*lazy), strict=True)
+    ]
+    table = with_rates(pd.DataFrame(rows, columns=columns), "special", "inputs")
+    return with_rates(table, "failing_special", "failing", prefix="failing_")
+
+
+def baseline_table(tree: xr.DataTree) -> pd.DataFrame:
+    """The baseline node as records: n, trials, holding, rate, CI, disagreements, chunks done."""
+    columns = ["n", "trials", "holding", "rate", "ci_low", "ci_high", "disagreements",
+               "chunks_done", "chunks"]
+    if BASELINE_GROUP not in tree.children:
+        return pd.DataFrame(columns=columns)
+    return tree[BASELINE_GROUP].to_dataset().to_dataframe().reset_index()[columns]
+
+
+def token_counts(tree: xr.DataTree) -> pd.DataFrame:
+    """Per model and token set: the matrix sizes n its tested inputs produced (min/median/max)."""
+    rows = []
+    for name in model_names(tree):
+        ds = tree[name].to_dataset()
+        kept = ds["n_kept"].where(ok(ds)).max("layer").compute()  # (input, token_set)
+        for token_set in ds["token_set"].values:
+            sizes = kept.sel(token_set=token_set).values
+            sizes = sizes[np.isfinite(sizes)]
+            stats = [sizes.min(), np.median(sizes), sizes.max()] if sizes.size else [np.nan] * 3
+            rows.append({"model": name, "token_set": str(token_set), "inputs": sizes.size,
+                         "n_min": stats[0], "n_median": stats[1], "n_max": stats[2]})
+    columns = ["model", "token_set", "inputs", "n_min", "n_median", "n_max"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def rollout_gap(tree: xr.DataTree) -> pd.DataFrame:
+    """At the last layer (the full rollout): kappa of the rollout against the product of the
+    layerwise bounds, as medians and the spread of their ratio kappa / bound."""
+    rows = []
+    for name in model_names(tree):
+        last = tree[name].to_dataset().isel(layer=-1)
+        kappa = last["rollout_kappa"].where(ok(last)).compute()  # (input, token_set)
+        bound = last["rollout_bound"].where(ok(last)).compute()
+        for token_set in last["token_set"].values:
+            k, b = kappa.sel(token_set=token_set).values, bound.sel(token_set=token_set).values
+            keep = np.isfinite(k) & np.isfinite(b) & (b > 0)
+            k, b = k[keep], b[keep]
+            ratio = k / b
+            rows.append({
+                "model": name, "token_set": str(token_set), "layer": int(last["layer"]),
+                "inputs": int(keep.sum()),
+                "kappa_median": _median(k), "bound_median": _median(b),
+                "ratio_median": _median(ratio),
+                "ratio_min": ratio.min() if ratio.size else np.nan,
+                "ratio_max": ratio.max() if ratio.size else np.nan,
+            })
+    columns = ["model", "token_set", "layer", "inputs", "kappa_median", "bound_median",
+               "ratio_median", "ratio_min", "ratio_max"]
+    return pd.DataFrame(rows, columns=columns)
+
+
+def render_markdown(report: Report) -> str:
+    """The six sections as a Markdown document."""
+    tol = "the sweep's stored verdicts" if report.tol is None else f"margin <= {report.tol:g}"
+    out = [f"# Dobrushin bound tightness: {report.store}", "",
+           f"Verdicts: {tol}. Intervals are 95% Wilson; `k/n` counts input-layer pairs with a "
+           "verdict; pending = not computed yet, skipped = token set left no valid matrix; "
+           "disagreements = verdicts where the definition and the characterisation differ.", ""]
+    out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
+    out += _headline(report.summary)
+    out += ["## 2. Per layer", ""]
+    out += _table(report.rates, ["model", "layer", "relative_depth", "token_set"], rates=True)
+    out += ["## 3. Depth: where failures happen", ""]
+    out += _table(report.depth, ["model", "token_set", "depth_low", "depth_high"], rates=True)
+    out += ["Share of the failures that happen in the last third of the layers:", ""]
+    out += _table(report.failures, ["model", "token_set", "last_third", "failures"], rates=True,
+                  counts=False)
+    out += ["## 4. Special tokens", "",
+            "Of the pairs that fail on all tokens, the share that hold on content tokens:", ""]
+    out += _table(report.rescue, ["model", "failing_all", "holding_content", "content_tested"],
+                  rates=True, counts=False)
+    out += ["How often every attaining pair (all tokens) involves a special token:", ""]
+    pairs = report.special_pairs.assign(
+        all_pairs=_fraction(report.special_pairs, "special", "inputs", ""),
+        failing_pairs=_fraction(report.special_pairs, "failing_special", "failing", "failing_"),
+    )
+    out += _table(pairs, ["model", "all_pairs", "failing_pairs"])
+    out += ["## 5. Baseline: random row-stochastic matrices", ""]
+    out += _table(report.baseline, ["n", "chunks_done", "chunks", "disagreements"], rates=True,
+                  n="trials")
+    out += ["The models' own matrix sizes n (tested inputs):", ""]
+    out += _table(report.token_counts, ["model", "token_set", "inputs", "n_min", "n_median",
+                                        "n_max"])
+    out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
+    out += _table(report.rollout, list(report.rollout.columns))
+    return "\n".join(out)
+
+
+def render_csv(report: Report) -> str:
+    """The per-layer rates table (the JSON `rates` records) as CSV with one header row."""
+    buffer = io.StringIO()
+    columns = ["model", "layer", "relative_depth", "token_set", *RATE_COLUMNS, "pending",
+               "skipped", "disagreements"]
+    writer = csv.writer(buffer, lineterminator="\n")
+    writer.writerow(columns)
+    for record in _records(report.rates[columns]):
+        writer.writerow(["" if record[c] is None else record[c] for c in columns])
+    return buffer.getvalue()
+
+
+def render_json(report: Report) -> str:
+    """One JSON object: store, tol, rates, summary, baseline and the other sections' records."""
+    document = {"store": report.store, "tol": report.tol}
+    for field in fields(Report):
+        value = getattr(report, field.name)
+        if isinstance(value, pd.DataFrame):
+            document[field.name] = _records(value)
+    return json.dumps(document, indent=2, allow_nan=False) + "\n"
+
+
+RENDERERS = {"md": render_markdown, "csv": render_csv, "json": render_json}
+
+
+def _models_with(tree: xr.DataTree, token_sets: tuple[str, ...]) -> list[str]:
+    return [
+        name for name in model_names(tree)
+        if set(token_sets) <= set(tree[name]["token_set"].values.tolist())
+    ]
+
+
+def _median(values: np.ndarray) -> float:
+    return float(np.median(values)) if values.size else math.nan
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    """Rows as JSON-ready dicts: numpy scalars to Python, NaN to None."""
+    return [{key: _plain(value) for key, value in row.items()} for row in
+            frame.to_dict("records")]
+
+
+def _plain(value):
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _percent(value: float) -> str:
+    return "–" if not math.isfinite(value) else f"{100 * value:.1f}%"
+
+
+def _fraction(frame: pd.DataFrame, k: str, n: str, prefix: str) -> pd.Series:
+    return pd.Series(
+        [f"{_rate_and_interval(r, prefix)} ({r[k]}/{r[n]})" for r in frame.to_dict("records")],
+        index=frame.index, dtype=object,
+    )
+
+
+def _rate_and_interval(record: dict, prefix: str = "") -> str:
+    """`58.3% [32.0%, 80.7%]`, or `–` when there is nothing to count yet."""
+    rate = record[f"{prefix}rate"]
+    if not math.isfinite(rate):
+        return "–"
+    low, high = record[f"{prefix}ci_low"], record[f"{prefix}ci_high"]
+    return f"{_percent(rate)} [{_percent(low)}, {_percent(high)}]"
+
+
+def _headline(summary: pd.DataFrame) -> list[str]:
+    """One row per model, one column per token set: rate [CI] (holding/inputs)."""
+    if summary.empty:
+        return ["(no results yet)", ""]
+    cells = summary.assign(cell=_fraction(summary, "holding", "inputs", ""))
+    wide = cells.pivot(index="model", columns="token_set", values="cell")
+    order = list(dict.fromkeys(summary["token_set"]))
+    totals = summary.groupby("model", sort=False)[["pending", "disagreements"]].sum()
+    wide = wide.reindex(index=list(dict.fromkeys(summary["model"])), columns=order).fillna("–")
+    wide = wide.reset_index().assign(pending=totals["pending"].to_numpy(),
+                                     disagreements=totals["disagreements"].to_numpy())
+    return _table(wide, list(wide.columns))
+
+
+def _table(frame: pd.DataFrame, columns: list[str], rates: bool = False, counts: bool = True,
+           k: str = "holding", n: str = "inputs") -> list[str]:
+    """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`."""
+    if frame.empty:
+        return ["(no rows)", ""]
+    header = [c.replace("_", " ") for c in columns]
+    if rates:
+        header += ([f"{k}/{n}"] if counts else []) + ["rate [95% CI]"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for r in frame.to_dict("records"):
+        cells = [_cell(r[c]) for c in columns]
+        if rates:
+            cells += [f"{r[k]}/{r[n]}"] if counts else []
+            cells.append(_rate_and_interval(r))
+        lines.append("| " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _cell(value) -> str:
+    value = _plain(value)
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)

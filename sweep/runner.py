@@ -1,0 +1,193 @@
+"""Interpret a sweep plan: gather facts, create/extend the store, run what is not done.
+
+The driver holds the store lock from start to end. Tasks write their own data and done markers;
+the driver writes failed markers for tasks that kept failing after their retries. Executors run
+a list of tasks: `InProcessExecutor` here (plain Python, for tests and debugging) and
+`sweep.graph.DaskExecutor`; both pass the same tests.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from storage import markers
+from storage.lock import StoreLock
+from storage.store import (
+    create_root,
+    ensure_baseline,
+    ensure_model,
+    stored_model_attrs,
+    write_root_attrs,
+)
+from sweep.config import SweepConfig
+from sweep.plan import ExtractTask, ModelFacts, SweepPlan, Task, TestTask, build_plan
+from workers.extraction import load_extractor, prepare_model
+from workers.inputs import open_dataset
+from workers.models import resolve_model
+from workers.tasks import run_task
+
+FACT_BATCH = 256  # inputs per token_counts call while sizing
+
+
+def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> ModelFacts:
+    """Input ids, layer count and token counts of one model, without a forward pass.
+
+    With `train`, FT-Transformer is trained and cached here, once, before workers load it.
+    When the store already holds the model, its sizes come from the store (no model load).
+    """
+    entry = config.models[name]
+    spec = resolve_model(entry.source, **entry.options)
+    dataset = open_dataset(config.datasets[entry.dataset].to_spec())
+    if train:
+        prepare_model(spec, dataset, config.checkpoint_dir)
+    stored = stored_model_attrs(config.store, name)
+    if stored is not None:
+        return ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
+                          stored["cube_sum"])
+    if spec.family == "ft-transformer" and not train and dataset.table is not None:
+        # Sized from its hyperparameters: loading it would train it. CLS + one token per feature.
+        tokens = len(dataset.table.feature_names) + 1
+        return ModelFacts.from_counts(tuple(dataset.ids), int(spec.options["n_blocks"]),
+                                      (tokens,) * len(dataset))
+    extractor = load_extractor(spec, dataset=dataset, cache_dir=config.checkpoint_dir,
+                               device="cpu", dtype=config.model_setting(name, "dtype"))
+    counts: list[int] = []
+    for first in range(0, len(dataset), FACT_BATCH):
+        items = dataset.load(range(first, min(first + FACT_BATCH, len(dataset))))
+        counts.extend(int(c) for c in extractor.token_counts(items))
+    return ModelFacts.from_counts(tuple(dataset.ids), int(extractor.n_layers), counts)
+
+
+def materialise(config: SweepConfig) -> SweepPlan:
+    """Plan the sweep and create (or extend, or check) its store. Call with the lock held."""
+    facts = {name: gather_facts(config, name) for name in config.models}
+    plan = build_plan(config, facts)
+    root = create_root(config.store)
+    for model in plan.models:
+        ensure_model(
+            root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,
+            t_max=model.t_max, shard_size=model.shard_size, token_sets=model.token_sets,
+            attrs={"source": model.spec.name, "dataset": model.dataset_name,
+                   "model_spec": model.spec.to_dict(), "dataset_spec": model.dataset.to_dict(),
+                   "cube_sum": model.cube_sum},
+            fingerprint_inputs=model.fingerprint_inputs(),
+        )
+    if plan.baseline is not None:
+        b = plan.baseline
+        ensure_baseline(root, sizes=b.sizes, trials=b.trials, seed=b.seed,
+                        chunk_trials=b.chunk_trials, n_chunks=b.n_chunks, tol=b.tol)
+    write_root_attrs(root, config.resolved())
+    return plan
+
+
+def pending_tasks(plan: SweepPlan) -> list[Task]:
+    """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
+    its test (its done marker is cleared: the data it vouched for is about to be rewritten)."""
+    def done(task: Task) -> bool:
+        return markers.is_done(task.store, task.scope, task.marker)
+
+    redo = {(t.model, t.shard) for t in plan.tasks if isinstance(t, ExtractTask) and not done(t)}
+    pending = []
+    for task in plan.tasks:
+        if isinstance(task, TestTask) and (task.model, task.shard) in redo:
+            markers.clear(task.store, task.scope, task.marker)
+        if not done(task):
+            pending.append(task)
+    return pending
+
+
+def error_line(error: BaseException) -> str:
+    """`Type: message` on one line."""
+    return f"{type(error).__name__}: {' '.join(str(error).split())}"
+
+
+@dataclass
+class RunSummary:
+    """What one run did: tasks completed, skipped as already done, failed (with errors), blocked."""
+
+    completed: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    blocked: list[str] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed or self.blocked else 0
+
+    def lines(self) -> list[str]:
+        """A human summary, one line per failure."""
+        out = [f"{len(self.completed)} tasks completed, {len(self.skipped)} already done, "
+               f"{len(self.failed)} failed, {len(self.blocked)} blocked by a failure"]
+        out += [f"  failed {key}: {error}" for key, error in sorted(self.failed.items())]
+        return out
+
+
+class Executor(Protocol):
+    """Runs tasks; returns per key None (success) or the error line, and the blocked keys."""
+
+    def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
+                progress: bool) -> tuple[dict[str, str | None], list[str]]: ...
+
+
+class InProcessExecutor:
+    """Plain Python: tasks in plan order in this process, each retried `retries` times."""
+
+    def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
+                progress: bool) -> tuple[dict[str, str | None], list[str]]:
+        outcomes: dict[str, str | None] = {}
+        blocked = []
+        for task in tasks:
+            dependency = plan.depends_on(task)
+            if dependency is not None and outcomes.get(dependency, None) is not None:
+                blocked.append(task.key)
+                continue
+            outcomes[task.key] = self._attempt(task, retries)
+            if progress:
+                print(f"{task.key}: {outcomes[task.key] or 'done'}", file=sys.stderr)
+        return outcomes, blocked
+
+    @staticmethod
+    def _attempt(task: Task, retries: int) -> str | None:
+        for attempt in range(retries + 1):
+            try:
+                run_task(task)
+                return None
+            except Exception as error:  # noqa: BLE001 - a failed task is recorded, not fatal
+                if attempt == retries:
+                    return error_line(error)
+        return None
+
+
+def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) -> RunSummary:
+    """Run every pending task of `plan`; failed markers for tasks that kept failing."""
+    pending = pending_tasks(plan)
+    keys = {t.key for t in pending}
+    summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
+    outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries, progress)
+    by_key = {t.key: t for t in pending}
+    for key, error in outcomes.items():
+        if error is None:
+            summary.completed.append(key)
+        else:
+            summary.failed[key] = error
+            task = by_key[key]
+            markers.mark_failed(task.store, task.scope, task.marker, f"{key}: {error}")
+    return summary
+
+
+@contextmanager
+def locked(config: SweepConfig) -> Iterator[None]:
+    """Hold the store's exclusive lock (a second `sweep run` on it is refused)."""
+    with StoreLock(config.store):
+        yield
+
+
+def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True) -> RunSummary:
+    """Lock the store, plan and create/extend it, run what is not done yet."""
+    with locked(config):
+        plan = materialise(config)
+        return execute_plan(plan, executor, progress=progress)

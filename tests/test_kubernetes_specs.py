@@ -1,0 +1,113 @@
+"""Kubernetes cannot run here, so the kind is tested by the operator manifests it generates:
+one worker group per pool, pool resources on the dask workers, GPU limits and placement."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from dask.utils import parse_bytes
+
+from sweep.cluster import ClusterConfig, kubernetes_specs
+
+
+def k8s_config(**overrides) -> ClusterConfig:
+    block = {
+        "name": "dob",
+        "image": "registry.example/dob:1",
+        "env": {"HF_HUB_OFFLINE": "1"},
+        "gpu": {"workers": 2, "cpu": "8", "memory": "32Gi", "gpus": 1,
+                "node_selector": {"nvidia.com/gpu.present": "true"}},
+        "cpu": {"workers": 5, "cpu": "4", "memory": "16Gi", "threads": 4},
+    }
+    block.update(overrides)
+    return ClusterConfig.model_validate(
+        {"kind": "kubernetes", "allowed_failures": 5, "kubernetes": block}
+    )
+
+
+def worker_container(group_spec: dict) -> dict:
+    (container,) = group_spec["spec"]["containers"]
+    return container
+
+
+def arg_after(args: list[str], flag: str) -> str:
+    return args[args.index(flag) + 1]
+
+
+def test_one_daskcluster_and_one_workergroup_for_the_cpu_pool():
+    cluster, group = kubernetes_specs(k8s_config())
+    assert (cluster["apiVersion"], cluster["kind"]) == ("kubernetes.dask.org/v1", "DaskCluster")
+    assert (group["apiVersion"], group["kind"]) == ("kubernetes.dask.org/v1", "DaskWorkerGroup")
+    assert cluster["metadata"]["name"] == "dob" and group["spec"]["cluster"] == "dob"
+    assert group["metadata"]["name"] == "dob-cpu"
+    assert cluster["spec"]["worker"]["replicas"] == 2
+    assert group["spec"]["worker"]["replicas"] == 5
+
+
+def test_gpu_pool_workers_carry_the_gpu_resource_and_limits():
+    cluster, _ = kubernetes_specs(k8s_config())
+    gpu = cluster["spec"]["worker"]
+    container = worker_container(gpu)
+    assert arg_after(container["args"], "--resources") == "GPU=1"
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["resources"]["requests"] == {"cpu": "8", "memory": "32Gi"}
+    assert gpu["spec"]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in (
+        gpu["spec"]["tolerations"]
+    )
+
+
+def test_cpu_pool_workers_carry_cpu_slots_equal_to_their_threads_and_no_gpu():
+    _, group = kubernetes_specs(k8s_config())
+    worker = group["spec"]["worker"]
+    container = worker_container(worker)
+    assert arg_after(container["args"], "--resources") == "CPU=4"
+    assert arg_after(container["args"], "--nthreads") == "4"
+    assert "nvidia.com/gpu" not in container["resources"]["limits"]
+    assert "nodeSelector" not in worker["spec"] and "tolerations" not in worker["spec"]
+
+
+def test_worker_memory_limit_is_the_pod_memory_in_a_form_dask_parses():
+    cluster, group = kubernetes_specs(k8s_config())
+    pools = ((cluster["spec"]["worker"], "32Gi"), (group["spec"]["worker"], "16Gi"))
+    for spec, pod_memory in pools:
+        limit = arg_after(worker_container(spec)["args"], "--memory-limit")
+        assert limit == pod_memory and parse_bytes(limit) == parse_bytes(pod_memory + "B")
+
+
+def test_explicit_resources_override_the_pool_default():
+    cfg = k8s_config(cpu={"workers": 1, "resources": {"CPU": 2, "GPU": 1}})
+    _, group = kubernetes_specs(cfg)
+    assert arg_after(worker_container(group["spec"]["worker"])["args"], "--resources") == (
+        "CPU=2,GPU=1"
+    )
+
+
+def test_env_and_allowed_failures_reach_every_container():
+    cluster, group = kubernetes_specs(k8s_config())
+    containers = [
+        worker_container(cluster["spec"]["worker"]),
+        cluster["spec"]["scheduler"]["spec"]["containers"][0],
+        worker_container(group["spec"]["worker"]),
+    ]
+    for container in containers:
+        env = {item["name"]: item["value"] for item in container["env"]}
+        assert env["HF_HUB_OFFLINE"] == "1"
+        assert env["DASK_DISTRIBUTED__SCHEDULER__ALLOWED_FAILURES"] == "5"
+        assert container["image"] == "registry.example/dob:1"
+
+
+@pytest.mark.parametrize("namespace", [None, "research"])
+def test_namespace_is_set_only_when_configured(namespace):
+    manifests = kubernetes_specs(k8s_config(namespace=namespace))
+    assert [m["metadata"].get("namespace") for m in manifests] == [namespace, namespace]
+
+
+def test_manifests_round_trip_through_yaml():
+    manifests = kubernetes_specs(k8s_config())
+    assert list(yaml.safe_load_all(yaml.safe_dump_all(manifests))) == manifests
+
+
+def test_a_non_kubernetes_config_is_refused():
+    with pytest.raises(ValueError, match="kubernetes: block"):
+        kubernetes_specs(ClusterConfig())

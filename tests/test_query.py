@@ -1,0 +1,179 @@
+"""`storage.query`: a sweep store read lazily as a DataTree and reduced to holding rates."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import zarr
+
+from storage.query import holding_rates, open_results
+from tests.store_fixtures import FixtureModel, hand_store, write_store
+from workers.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return hand_store(tmp_path_factory.mktemp("query") / "sweep.zarr")
+
+
+@pytest.fixture(scope="module")
+def tree(store):
+    return open_results(store)
+
+
+def wilson_by_quadratic(k: int, n: int, z: float = 1.959963984540054) -> tuple[float, float]:
+    """Wilson bounds as the roots p of (k/n - p)^2 = z^2 p (1 - p) / n."""
+    phat = k / n
+    roots = np.roots([1 + z**2 / n, -(2 * phat + z**2 / n), phat**2])
+    return float(min(roots)), float(max(roots))
+
+
+def row(table, **keys):
+    selected = table
+    for key, value in keys.items():
+        selected = selected[selected[key] == value]
+    assert len(selected) == 1, f"expected one row for {keys}, got {len(selected)}"
+    return selected.iloc[0]
+
+
+def test_tree_has_one_node_per_model_and_a_baseline(tree):
+    assert set(tree.children) == {"alpha", "beta", "baseline"}
+    alpha = tree["alpha"].to_dataset()
+    assert dict(alpha.sizes) == {"input": 5, "layer": 3, "token_set": 2}
+    for var in ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
+                "pair_i", "pair_j", "attaining_special", "status", "n_kept", "n_tokens",
+                "rollout_kappa", "rollout_bound"):
+        assert var in alpha.data_vars, var
+    assert alpha["kappa"].dims == ("input", "layer", "token_set")
+    assert list(alpha["token_set"].values) == ["all", "content"]
+    assert list(alpha["input"].values[:2]) == ["img-000", "img-001"]
+    np.testing.assert_allclose(alpha["relative_depth"].values, [0.0, 0.5, 1.0])
+    assert tree["beta"]["relative_depth"].values.tolist() == [0.0]  # one layer: depth 0
+    assert alpha.attrs["n_layers"] == 3
+
+
+def test_open_is_lazy_and_never_touches_attention(store, tmp_path):
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    shutil.rmtree(copy / "alpha" / "attention")  # no metadata, no chunks
+    tree = open_results(copy)
+    assert tree["alpha"]["margin"].chunks is not None  # dask-backed
+    assert "attention" not in tree["alpha"].data_vars
+    assert row(holding_rates(tree, by=("model",)), model="alpha")["holding"] == 16
+
+
+def test_per_layer_rates_match_hand_counts(tree):
+    rates = holding_rates(tree)
+    expected = {
+        ("alpha", 0, "all"): (4, 4), ("alpha", 1, "all"): (2, 4), ("alpha", 2, "all"): (1, 4),
+        ("alpha", 0, "content"): (3, 4), ("alpha", 1, "content"): (4, 4),
+        ("alpha", 2, "content"): (2, 3), ("beta", 0, "all"): (1, 2),
+    }
+    assert len(rates) == len(expected)
+    for (model, layer, token_set), (holding, inputs) in expected.items():
+        got = row(rates, model=model, layer=layer, token_set=token_set)
+        assert (got["holding"], got["inputs"]) == (holding, inputs)
+        assert got["rate"] == pytest.approx(holding / inputs)
+        low, high = wilson_by_quadratic(holding, inputs)
+        assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+    assert row(rates, model="alpha", layer=2, token_set="content")["relative_depth"] == 1.0
+
+
+def test_partial_store_counts_only_finished_cells(tree):
+    rates = holding_rates(tree)
+    content_last = row(rates, model="alpha", layer=2, token_set="content")
+    assert (content_last["pending"], content_last["skipped"]) == (1, 1)
+    assert row(rates, model="beta", layer=0, token_set="all")["pending"] == 0
+
+
+def test_disagreements_between_definition_and_characterisation_are_counted(tree):
+    rates = holding_rates(tree)
+    assert row(rates, model="alpha", layer=1, token_set="all")["disagreements"] == 1
+    assert rates["disagreements"].sum() == 1
+
+
+def test_coarser_groupings_sum_counts_before_dividing(tree):
+    by_set = holding_rates(tree, by=("token_set",))
+    assert (row(by_set, token_set="all")[["holding", "inputs"]] == [8, 14]).all()
+    assert (row(by_set, token_set="content")[["holding", "inputs"]] == [9, 11]).all()
+    overall = holding_rates(tree, by=())
+    assert len(overall) == 1
+    assert overall.iloc[0]["holding"] == 17 and overall.iloc[0]["inputs"] == 25
+    assert overall.iloc[0]["rate"] == pytest.approx(17 / 25)
+
+
+def test_depth_bins_group_layers_by_relative_depth(tree):
+    depth = holding_rates(tree, by=("model", "token_set", "depth"), depth_bins=3)
+    last = row(depth, model="alpha", token_set="all", depth=2)
+    assert (last["holding"], last["inputs"]) == (1, 4)
+    assert (last["depth_low"], last["depth_high"]) == (pytest.approx(2 / 3), 1.0)
+    assert row(depth, model="beta", token_set="all", depth=0)["inputs"] == 2
+    halves = holding_rates(tree, by=("depth",), depth_bins=2)
+    # alpha layers 0 (depth 0) and 1 (depth 0.5 -> upper half) and 2; beta layer 0
+    assert row(halves, depth=0)[["holding", "inputs"]].tolist() == [4 + 3 + 1, 4 + 4 + 2]
+    assert row(halves, depth=1)[["holding", "inputs"]].tolist() == [2 + 4 + 1 + 2, 4 + 4 + 4 + 3]
+
+
+def test_tolerance_is_reapplied_from_stored_margins(tree):
+    loose = holding_rates(tree, tol=1e-3)
+    assert row(loose, model="alpha", layer=1, token_set="all")["holding"] == 3  # 5e-4 now holds
+    assert row(loose, model="alpha", layer=2, token_set="all")["holding"] == 1
+    everything = holding_rates(tree, by=("model", "token_set"), tol=0.5)
+    assert (everything["holding"] == everything["inputs"]).all()
+    strict = holding_rates(tree, tol=0.0)
+    assert row(strict, model="alpha", layer=1, token_set="all")["holding"] == 2
+
+
+def test_baseline_node_sums_finished_chunks(tree):
+    baseline = tree["baseline"].to_dataset()
+    assert baseline["n"].values.tolist() == [2, 3]
+    assert baseline["holding"].values.tolist() == [9, 2]
+    assert baseline["trials"].values.tolist() == [20, 10]
+    assert baseline["chunks_done"].values.tolist() == [2, 1]
+    assert baseline["disagreements"].values.tolist() == [1, 0]
+    np.testing.assert_allclose(baseline["rate"].values, [0.45, 0.2])
+    low, high = wilson_by_quadratic(9, 20)
+    assert baseline["ci_low"].values[0] == pytest.approx(low)
+    assert baseline["ci_high"].values[0] == pytest.approx(high)
+
+
+@pytest.mark.parametrize("bad", [-1e-3, float("nan"), float("inf")])
+def test_bad_tolerance_is_an_input_error(tree, bad):
+    with pytest.raises(InputError, match="tolerance"):
+        holding_rates(tree, tol=bad)
+
+
+def test_unknown_grouping_is_an_input_error(tree):
+    with pytest.raises(InputError, match="'head'.*choose from"):
+        holding_rates(tree, by=("model", "head"))
+
+
+def test_missing_path_is_a_one_line_input_error(tmp_path):
+    with pytest.raises(InputError, match="no sweep store") as error:
+        open_results(tmp_path / "absent.zarr")
+    assert "\n" not in str(error.value)
+
+
+def test_directory_that_is_not_zarr_is_an_input_error(tmp_path):
+    (tmp_path / "notes.txt").write_text("hello")
+    with pytest.raises(InputError, match="not a") as error:
+        open_results(tmp_path)
+    assert "\n" not in str(error.value)
+
+
+def test_zarr_store_of_another_kind_is_an_input_error(tmp_path):
+    zarr.open_group(tmp_path / "other.zarr", mode="w", zarr_format=3).attrs["format"] = "other/1"
+    with pytest.raises(InputError, match="not a dobrushin-sweep store"):
+        open_results(tmp_path / "other.zarr")
+
+
+def test_results_not_matching_the_model_attrs_is_an_input_error(tmp_path):
+    status = np.zeros((2, 2, 1), dtype=np.int8)
+    path = write_store(
+        tmp_path / "s.zarr", {"m": FixtureModel(np.zeros(status.shape), status, ("all",))}
+    )
+    zarr.open_group(path / "m", mode="r+").attrs["n_layers"] = 3
+    with pytest.raises(InputError, match=r"m/results/kappa has shape \(2, 2, 1\), expected"):
+        open_results(path)

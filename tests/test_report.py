@@ -1,0 +1,148 @@
+"""`sweep report`: the six sections, their renderings and figures, on a hand-counted store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from storage.query import open_results
+from sweep.cli import main
+from sweep.report import build_report
+from tests.store_fixtures import PENDING, FixtureModel, hand_store, write_store
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return hand_store(tmp_path_factory.mktemp("report") / "sweep.zarr")
+
+
+@pytest.fixture(scope="module")
+def report(store):
+    return build_report(open_results(store), store=str(store))
+
+
+def only(frame, **keys):
+    for key, value in keys.items():
+        frame = frame[frame[key] == value]
+    assert len(frame) == 1, f"expected one row for {keys}, got {len(frame)}"
+    return frame.iloc[0]
+
+
+def test_headline_counts_input_layer_pairs_per_model_and_token_set(report):
+    assert only(report.summary, model="alpha", token_set="all")[["holding", "inputs"]].tolist() \
+        == [7, 12]
+    assert only(report.summary, model="alpha", token_set="content")[["holding", "inputs"]] \
+        .tolist() == [9, 11]
+    assert only(report.summary, model="beta", token_set="all")["rate"] == pytest.approx(0.5)
+
+
+def test_share_of_failures_in_the_last_third(report):
+    every = only(report.failures, model="alpha", token_set="all")
+    assert (every["last_third"], every["failures"]) == (3, 5)
+    assert every["rate"] == pytest.approx(0.6)
+    assert only(report.failures, model="alpha", token_set="content")["rate"] == pytest.approx(0.5)
+    assert len(report.depth[report.depth["model"] == "alpha"]) == 6  # 3 thirds x 2 token sets
+
+
+def test_special_tokens_rescue_and_attaining_pairs(report):
+    rescue = only(report.rescue, model="alpha")
+    # failing on all tokens: (input, layer) (0,2) (1,1) (1,2) (2,2) (3,1); content skipped at (1,2)
+    assert rescue[["failing_all", "content_tested", "holding_content"]].tolist() == [5, 4, 3]
+    assert list(report.rescue["model"]) == ["alpha"]  # beta has no content token set
+    pairs = only(report.special_pairs, model="alpha")
+    assert pairs[["special", "inputs", "failing_special", "failing"]].tolist() == [2, 12, 2, 5]
+    assert pairs["failing_rate"] == pytest.approx(0.4)
+
+
+def test_baseline_beside_the_models_token_counts(report):
+    assert report.baseline[["n", "trials", "holding"]].values.tolist() == [[2, 20, 9], [3, 10, 2]]
+    sizes = only(report.token_counts, model="alpha", token_set="all")
+    assert sizes[["inputs", "n_min", "n_median", "n_max"]].tolist() == [4, 4, 5, 5]
+    assert only(report.token_counts, model="alpha", token_set="content")["n_max"] == 4
+
+
+def test_whole_rollout_against_the_product_of_bounds(report):
+    rollout = only(report.rollout, model="alpha", token_set="content")
+    assert (rollout["layer"], rollout["inputs"]) == (2, 3)
+    assert rollout["ratio_median"] == pytest.approx(0.1 / 0.4)
+    assert only(report.rollout, model="beta", token_set="all")["inputs"] == 0
+
+
+def test_tolerance_reaches_every_section(store):
+    loose = build_report(open_results(store), tol=1e-3)
+    assert only(loose.summary, model="alpha", token_set="all")["holding"] == 8
+    assert only(loose.rescue, model="alpha")["failing_all"] == 4
+
+
+def test_json_has_rates_summary_and_baseline_records(store, capsys):
+    assert main(["report", str(store), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert {"rates", "summary", "baseline"} <= set(document)
+    assert len(document["rates"]) == 7
+    record = next(r for r in document["rates"]
+                  if (r["model"], r["layer"], r["token_set"]) == ("alpha", 2, "content"))
+    assert {"inputs": 3, "holding": 2} == {k: record[k] for k in ("inputs", "holding")}
+    assert {"rate", "ci_low", "ci_high"} <= set(record)
+    assert [(b["n"], b["trials"], b["holding"]) for b in document["baseline"]] == \
+        [(2, 20, 9), (3, 10, 2)]
+    assert {"model", "token_set", "rate"} <= set(document["summary"][0])
+
+
+def test_cli_tolerance_is_applied(store, capsys):
+    assert main(["report", str(store), "--format", "json", "--tol", "0.5"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["tol"] == 0.5
+    assert all(r["holding"] == r["inputs"] for r in document["summary"])
+
+
+def test_csv_is_the_per_layer_rates_table(store, capsys):
+    assert main(["report", str(store), "--format", "csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert len(rows) == 7
+    beta = next(r for r in rows if r["model"] == "beta")
+    assert (beta["holding"], beta["inputs"], float(beta["rate"])) == ("1", "2", 0.5)
+
+
+def test_markdown_has_the_six_sections(store, capsys):
+    assert main(["report", str(store)]) == 0
+    text = capsys.readouterr().out
+    for heading in ("## 1. Headline", "## 2. Per layer", "## 3. Depth", "## 4. Special tokens",
+                    "## 5. Baseline", "## 6. Whole rollout"):
+        assert heading in text
+    assert "| alpha | 58.3% [32.0%, 80.7%] (7/12) | 81.8% [52.3%, 94.9%] (9/11) |" in text
+
+
+def test_plots_are_written_and_readable_images(store, tmp_path, capsys):
+    out = tmp_path / "figures"
+    assert main(["report", str(store), "--plots", str(out)]) == 0
+    for name in ("depth.png", "baseline.png", "margins.png"):
+        image = matplotlib.image.imread(out / name)
+        assert image.shape[0] > 200 and image.shape[1] > 300, name
+        assert image.std() > 0.01, f"{name} is blank"
+    assert "wrote" in capsys.readouterr().err
+
+
+def test_bad_store_is_a_one_line_error(tmp_path, capsys):
+    assert main(["report", str(tmp_path / "missing.zarr")]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no sweep store" in error
+
+
+def test_bad_tolerance_is_a_one_line_error(store, capsys):
+    assert main(["report", str(store), "--tol", "-1"]) == 2
+    assert "tolerance" in capsys.readouterr().err
+
+
+def test_a_store_with_no_verdicts_yet_reports_counts_and_no_rates(tmp_path, capsys):
+    status = np.full((3, 2, 2), PENDING, dtype=np.int8)
+    path = write_store(tmp_path / "fresh.zarr", {"m": FixtureModel(np.zeros(status.shape), status)})
+    assert main(["report", str(path), "--format", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert [(s["inputs"], s["pending"], s["rate"]) for s in summary] == [(0, 6, None)] * 2
+    assert main(["report", str(path)]) == 0
+    assert "| m | – (0/0) | – (0/0) | 12 |" in capsys.readouterr().out

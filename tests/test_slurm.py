@@ -1,0 +1,206 @@
+"""SLURM for real (needs .ci/slurm-up.sh): dask-jobqueue worker jobs in a GPU pool and a CPU pool
+on one scheduler, and pre-emptions (`scancel` of worker jobs mid-work) that the work survives:
+the lost tasks rerun, the cancelled jobs are replaced, and a sweep run through SLURM this way
+stores the same values as an uninterrupted in-process run."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+from distributed import as_completed, get_worker
+
+from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR
+from sweep.cluster import ClusterConfig, open_client
+from sweep.config import load_config
+from sweep.graph import DaskExecutor
+from sweep.runner import InProcessExecutor, run_sweep
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def slurm_unavailable() -> str | None:
+    """Why SLURM cannot be used here, or None when a node is idle."""
+    if shutil.which("sinfo") is None:
+        return "sinfo not found: run .ci/slurm-up.sh to install and start a single-node SLURM"
+    states = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%t"], capture_output=True, text=True, timeout=30
+    )
+    if states.returncode != 0 or "idle" not in states.stdout.split():
+        shown = (states.stdout + states.stderr).strip() or "no nodes"
+        return f"sinfo shows no idle node ({shown}): run .ci/slurm-up.sh"
+    return None
+
+
+SKIP_REASON = slurm_unavailable()
+pytestmark = [
+    pytest.mark.slurm,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
+]
+
+
+def slurm_config(tmp_path: Path) -> ClusterConfig:
+    """One 1-core job per pool (the test node has 2 cores); workers run this venv's python."""
+    pool = {
+        "jobs": 1, "cores": 1, "memory": "2GB", "walltime": "00:15:00",
+        "job_script_prologue": [f"export PYTHONPATH={REPO}"],
+    }
+    return ClusterConfig.model_validate({
+        "kind": "slurm",
+        "allowed_failures": 3,
+        "dashboard_address": ":0",
+        "slurm": {
+            "scheduler_host": "127.0.0.1",
+            "python": sys.executable,
+            "local_directory": str(tmp_path / "scratch"),
+            "log_directory": str(tmp_path / "logs"),
+            "lost_job_timeout": "2s",
+            "death_timeout": 30,
+            "gpu": pool,
+            "cpu": pool,
+        },
+    })
+
+
+def square_slowly(i: int) -> tuple[int, int, str, str]:
+    """i, i², the worker's name and its SLURM job id."""
+    time.sleep(0.4)
+    return i, i * i, get_worker().name, os.environ["SLURM_JOB_ID"]
+
+
+def our_jobs(pools: tuple[str, ...] = ("gpu", "cpu"), state: str | None = None) -> list[str]:
+    """Ids of the sweep's worker jobs of `pools` still in the queue (or in `state`, e.g. R)."""
+    names = ",".join(f"sweep-{pool}" for pool in pools)
+    states = [f"--states={state}"] if state else []  # default: pending, running, completing
+    out = subprocess.run(
+        ["squeue", "-h", "-o", "%i", f"--name={names}", *states],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    return out.split()
+
+
+def test_pools_run_as_slurm_jobs_and_survive_a_preemption(tmp_path):
+    assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
+    with open_client(slurm_config(tmp_path), out=io.StringIO()) as client:
+        client.wait_for_workers(2, timeout=120)
+        workers = client.scheduler_info()["workers"].values()
+        assert {w["name"]: w["resources"] for w in workers} == {
+            "gpu-0": {"GPU": 1.0}, "cpu-0": {"CPU": 1.0}
+        }
+        extraction = client.map(square_slowly, range(4), resources={"GPU": 1}, key="extract")
+        tests = client.map(square_slowly, range(24), resources={"CPU": 1}, key="test")
+
+        done, cancelled = [], None
+        for future in as_completed(tests):
+            done.append(future.result())
+            if len(done) == 3:  # pre-empt the CPU pool's job mid-work
+                cancelled = done[0][3]
+                subprocess.run(["scancel", cancelled], check=True)
+        landed_extraction = client.gather(extraction)
+
+    assert sorted(r[:2] for r in done) == [(i, i * i) for i in range(24)]
+    assert {r[2] for r in done} == {"cpu-0"}
+    assert {r[2] for r in landed_extraction} == {"gpu-0"}
+    test_jobs = {r[3] for r in done}
+    assert cancelled in test_jobs and len(test_jobs) == 2, "the cancelled job was not replaced"
+    assert {r[3] for r in landed_extraction}.isdisjoint(test_jobs)
+    deadline = time.monotonic() + 30
+    while our_jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert our_jobs() == [], "closing the client left worker jobs in the queue"
+
+
+SWEEP = """\
+store: sweep.zarr
+shard_size: 2
+retries: 2
+cache_dir: cache
+datasets:
+  photos: {source: 'sklearn:sample_images', limit: 8}
+  topics: {source: 'pydoc:topics', limit: 8}
+models:
+  vit: {source: tiny-deit-distilled, dataset: photos}
+  rob: {source: tiny-roberta, dataset: topics, batch_size: 2}
+baseline: {sizes: [2, 5], trials: 4000, seed: 3, chunk_trials: 1000}
+"""
+
+
+def sweep_config(folder: Path):
+    folder.mkdir()
+    (folder / "sweep.yaml").write_text(SWEEP)
+    return load_config(folder / "sweep.yaml")
+
+
+def stored_arrays(store: Path) -> dict[str, np.ndarray]:
+    """Every array of a sweep store (model groups and baseline), by path."""
+    root = zarr.open_group(str(store), mode="r")
+    out = {}
+    for group in [*root.attrs["models"], BASELINE_GROUP]:
+        for path, array in root[group].members(max_depth=None):
+            if isinstance(array, zarr.Array):
+                out[f"{group}/{path}"] = array[:]
+    return out
+
+
+class Preempter(threading.Thread):
+    """Cancels the running job of `pool` as soon as the first `stage` task of the sweep is
+    done, and records how many such tasks were done at that moment."""
+
+    def __init__(self, store: Path, pool: str, stage: str) -> None:
+        super().__init__(daemon=True)
+        self.pattern = f"{BOOKKEEPING_DIR}/markers/*/{stage}-*.done"
+        self.store, self.pool = store, pool
+        self.cancelled: str | None = None
+        self.done_at_cancel = -1
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            done = len(list(self.store.glob(self.pattern)))
+            running = our_jobs((self.pool,), "R")
+            if done and running:
+                subprocess.run(["scancel", running[0]], check=True)
+                self.cancelled, self.done_at_cancel = running[0], done
+                return
+            time.sleep(0.05)
+
+
+def test_a_sweep_through_slurm_survives_preemptions_with_identical_results(tmp_path):
+    assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
+    reference = sweep_config(tmp_path / "in-process")
+    assert run_sweep(reference, InProcessExecutor(), progress=False).exit_code == 0
+
+    config = sweep_config(tmp_path / "slurm")
+    with open_client(slurm_config(tmp_path), out=io.StringIO()) as client:
+        client.wait_for_workers(2, timeout=120)
+        preempt = [Preempter(config.store, "gpu", "extract"),
+                   Preempter(config.store, "cpu", "test")]
+        for thread in preempt:
+            thread.start()
+        summary = run_sweep(config, DaskExecutor(client), progress=False)
+        for thread in preempt:
+            thread.stop.set()
+            thread.join()
+
+    assert summary.exit_code == 0 and not summary.failed and not summary.blocked
+    n_extract = sum(1 for key in summary.completed if key.startswith("extract-"))
+    n_test = sum(1 for key in summary.completed if key.startswith("test-"))
+    for p, total in zip(preempt, (n_extract, n_test), strict=True):
+        print(f"scancel {p.pool} job {p.cancelled} after {p.done_at_cancel}/{total} done")
+    assert [p.cancelled is not None for p in preempt] == [True, True]
+    assert 0 < preempt[0].done_at_cancel < n_extract, "the GPU job was not cancelled mid-sweep"
+    assert 0 < preempt[1].done_at_cancel < n_test, "the CPU job was not cancelled mid-sweep"
+    expected, got = stored_arrays(reference.store), stored_arrays(config.store)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key, strict=True)

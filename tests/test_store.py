@@ -1,0 +1,188 @@
+"""The store: created from a template once, shard-owned chunks, markers, fingerprints, lock."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+from storage import markers
+from storage.fingerprint import describe_changes, fingerprint
+from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
+from storage.lock import StoreBusyError, StoreLock
+from storage.status import store_status
+from storage.store import (
+    StoreMismatchError,
+    create_root,
+    ensure_baseline,
+    ensure_model,
+    open_model,
+    open_root,
+    write_baseline,
+    write_results,
+    write_root_attrs,
+    write_tokens,
+)
+from workers.errors import InputError
+
+IDS = [f"in{i}" for i in range(10)]
+INPUTS = {"tol": 1e-12, "model": {"name": "m", "config": {"depth": 2}}}
+
+
+def make_model(store: Path, fingerprint_inputs=None, name: str = "m") -> zarr.Group:
+    root = create_root(store)
+    ensure_model(root, name, input_ids=IDS, n_layers=3, t_max=5, shard_size=4,
+                 token_sets=("all", "content"), attrs={"source": "tiny", "dataset": "d"},
+                 fingerprint_inputs=fingerprint_inputs or INPUTS)
+    write_root_attrs(root, {"models": {name: {}}})
+    return root
+
+
+def test_every_layout_array_exists_with_dims_dtype_and_shard_chunks(tmp_path):
+    root = make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m")
+    for name, var in MODEL_VARS.items():
+        array = group[name]
+        assert array.metadata.dimension_names == var.dims
+    assert group["attention"].shape == (10, 3, 5, 5)
+    assert group["attention"].chunks == (1, 3, 5, 5)
+    assert group["token_kind"].chunks == (4, 5)
+    assert group["attention"].dtype == np.float32 and group["token_kind"].dtype == np.int8
+    assert [str(i) for i in group["input_id"][:]] == IDS
+    for name, var in RESULT_VARS.items():
+        array = group["results"][name]
+        assert array.metadata.dimension_names == var.dims
+        assert array.shape == (10, 3, 2) and array.chunks == (4, 3, 2)
+        assert array.dtype == np.dtype(var.dtype)
+    attrs = dict(group.attrs)
+    assert attrs["n_shards"] == 3 and attrs["token_sets"] == ["all", "content"]
+    assert attrs["fingerprint"] == fingerprint(INPUTS)
+    assert root.attrs["format"] == FORMAT and root.attrs["models"] == ["m"]
+    assert root.attrs["fingerprint"] == {"m": fingerprint(INPUTS)}
+    assert "zarr" in root.attrs["versions"]
+
+
+def test_unwritten_results_read_as_their_fill_values(tmp_path):
+    make_model(tmp_path / "s.zarr")
+    results = open_model(tmp_path / "s.zarr", "m")["results"]
+    assert (results["status"][:] == -1).all() and np.isnan(results["kappa"][:]).all()
+
+
+def test_same_fingerprint_reopens_and_a_different_one_is_refused_naming_the_key(tmp_path):
+    root = make_model(tmp_path / "s.zarr")
+    assert not ensure_model(root, "m", input_ids=IDS, n_layers=3, t_max=5, shard_size=4,
+                            token_sets=("all", "content"), attrs={}, fingerprint_inputs=INPUTS)
+    changed = {**INPUTS, "tol": 1e-9}
+    with pytest.raises(StoreMismatchError) as caught:
+        ensure_model(root, "m", input_ids=IDS, n_layers=3, t_max=5, shard_size=4,
+                     token_sets=("all", "content"), attrs={}, fingerprint_inputs=changed)
+    assert "models.m.tol: 1e-12 -> 1e-09" in str(caught.value)
+    assert isinstance(caught.value, InputError)
+
+
+def test_a_group_without_fingerprint_was_unfinished_and_is_rebuilt(tmp_path):
+    root = create_root(tmp_path / "s.zarr")
+    root.create_group("m").create_array("junk", shape=(1,), dtype="int8")
+    assert ensure_model(root, "m", input_ids=IDS, n_layers=3, t_max=5, shard_size=4,
+                        token_sets=("all",), attrs={}, fingerprint_inputs=INPUTS)
+    assert "junk" not in root["m"]
+
+
+def test_shard_writes_must_cover_one_whole_shard(tmp_path):
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    write_tokens(group, 8, np.array([3, 4], np.int32), np.zeros((2, 5), np.int8))
+    assert list(group["n_tokens"][:]) == [0] * 8 + [3, 4]
+    with pytest.raises(ValueError, match="whole shard"):
+        write_tokens(group, 2, np.ones(4, np.int32), np.zeros((4, 5), np.int8))
+    results = {name: np.zeros((3, 3, 2), var.dtype) for name, var in RESULT_VARS.items()}
+    with pytest.raises(ValueError, match="whole shard"):
+        write_results(group, 0, results)
+
+
+def test_baseline_group_and_cell_writes(tmp_path):
+    root = create_root(tmp_path / "s.zarr")
+    assert ensure_baseline(root, sizes=(2, 8), trials=2500, seed=0, chunk_trials=1000, n_chunks=3,
+                           tol=1e-12)
+    write_baseline(tmp_path / "s.zarr", 1, 2, holding=130, trials=500, disagreements=0)
+    group = root["baseline"]
+    assert group["holding"][:].tolist() == [[-1, -1, -1], [-1, -1, 130]]
+    assert group["n"][:].tolist() == [2, 8]
+    for name, var in BASELINE_VARS.items():
+        assert group[name].metadata.dimension_names == var.dims
+    with pytest.raises(StoreMismatchError, match=r"baseline.trials: 2500 -> 3000"):
+        ensure_baseline(root, sizes=(2, 8), trials=3000, seed=0, chunk_trials=1000, n_chunks=3,
+                        tol=1e-12)
+
+
+def test_not_a_store_is_a_one_line_input_error(tmp_path):
+    with pytest.raises(InputError, match="not a sweep store"):
+        open_root(tmp_path / "nothing")
+    make_model(tmp_path / "s.zarr")
+    with pytest.raises(InputError, match=r"no model 'x'; it holds \['m'\]"):
+        open_model(tmp_path / "s.zarr", "x")
+
+
+def test_markers_done_failed_pending_and_status(tmp_path):
+    store = tmp_path / "s.zarr"
+    make_model(store)
+    markers.mark_failed(store, "m", "extract-00001", "boom: RuntimeError")
+    markers.mark_done(store, "m", "extract-00000")
+    assert markers.read_state(store, "m", "extract-00000").state == "done"
+    assert markers.read_state(store, "m", "extract-00001").error == "boom: RuntimeError"
+    assert markers.read_state(store, "m", "test-00000").state == "pending"
+    stages = {(s.scope, s.stage): s for s in store_status(store)}
+    assert stages["m", "extract"].done == 1 and stages["m", "extract"].failed == {
+        "extract-00001": "boom: RuntimeError"}
+    assert stages["m", "test"].pending == 3
+    markers.mark_done(store, "m", "extract-00001")  # a later success clears the failure
+    assert markers.read_state(store, "m", "extract-00001").state == "done"
+    leftovers = [p for p in (store / ".sweep" / "markers").rglob("*") if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_describe_changes_lists_dotted_keys():
+    old = {"a": 1, "b": {"c": [1, 2], "d": "x"}}
+    new = {"a": 1, "b": {"c": [1, 3]}, "e": True}
+    assert describe_changes(old, new) == [
+        "b.c: [1,2] -> [1,3]", "b.d: \"x\" -> (absent)", "e: (absent) -> true"]
+
+
+HOLD = """
+import sys, time
+from storage.lock import StoreLock
+with StoreLock(sys.argv[1]):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def test_lock_refuses_a_second_holder_and_is_freed_by_sigkill(tmp_path):
+    store = tmp_path / "s.zarr"
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(store)], stdout=subprocess.PIPE,
+                              env=env, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        with pytest.raises(StoreBusyError) as caught, StoreLock(store):
+            pass
+        assert f"store {store} is in use by another sweep run (pid {holder.pid})" in str(
+            caught.value)
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            with StoreLock(store):
+                break
+        except StoreBusyError:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)

@@ -1,0 +1,237 @@
+"""The equality test: is the layerwise Dobrushin bound kappa(M) <= (1 + kappa(A))/2 tight?
+
+For a row-stochastic A and M = (I + A)/2, with kappa(X) = max_{i<j} 1/2 sum_k |X_ik - X_jk|:
+bound = (1 + kappa(A))/2, margin = bound - kappa(M) >= 0, and the bound is tight (margin = 0) iff
+some pair attaining kappa(A) is mutually self-dominant (A_ii >= A_ji and A_jj >= A_ij).
+
+Every returned float equals the float64 brute force bit for bit: M = 0.5 * (eye + A), kappa_ij as
+0.5 * (sequential left-to-right float64 sum), kappa = max over i < j (0 when n = 1),
+bound = 0.5 * (1 + kappa(A)), margin = bound - kappa(M) (see `workers.kernel`).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+from workers import kernel
+from workers.errors import InputError, NotStochasticError
+
+DEFAULT_TOL = 1e-12
+"""Default tolerance on the margin. Float64 rounding of an n <= 4096 sum of a stochastic row is
+at most ~4096 * 2^-53 < 5e-13, below it; real ties in attention are far above it."""
+
+ROW_SUM_TOL = 1e-3
+"""Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
+
+MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
+_KERNEL_LOCK = threading.Lock()  # one parallel kernel at a time per process: numba's workqueue
+# threading layer aborts on concurrent launches, and concurrent teams would oversubscribe cores
+
+
+def _where(index: tuple[int, ...], batched: bool, name: str) -> str:
+    """'matrix 3 row 17' (batched) or 'matrix row 17' for a (matrix, row, ...) index."""
+    head = f"{name} {index[0]}" if batched else name
+    return f"{head} row {index[1]}"
+
+
+def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
+    """(n, n) or (b, n, n) row-stochastic input -> float64 (b, n, n) with rows renormalised.
+
+    Raises NotStochasticError naming the matrix and row: wrong shape, NaN/inf, negative entries,
+    or a row not summing to 1 within ROW_SUM_TOL.
+    """
+    arr = np.asarray(a)
+    if arr.dtype.kind not in "biuf":
+        raise NotStochasticError(f"{name} has dtype {arr.dtype}: need real numbers (float32/64)")
+    batched = arr.ndim == 3
+    if arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] == 0:
+        raise NotStochasticError(
+            f"{name} has shape {arr.shape}: need a square (n, n) or batch (b, n, n), n >= 1"
+        )
+    x = np.array(arr, dtype=np.float64, ndmin=3, order="C")  # (batch, row, column)
+    bad = ~np.isfinite(x)
+    if bad.any():
+        where = tuple(int(v) for v in np.argwhere(bad)[0])
+        raise NotStochasticError(
+            f"{_where(where, batched, name)} column {where[2]} is {x[where]}: attention "
+            "probabilities must be finite"
+        )
+    if (x < 0).any():
+        where = tuple(int(v) for v in np.argwhere(x < 0)[0])
+        raise NotStochasticError(
+            f"{_where(where, batched, name)} column {where[2]} is negative ({x[where]:.6g}): "
+            "pass probabilities (after softmax), not logits"
+        )
+    sums = x.sum(axis=2)  # (batch, row)
+    off = np.abs(sums - 1.0) > ROW_SUM_TOL
+    if off.any():
+        where = tuple(int(v) for v in np.argwhere(off)[0])
+        raise NotStochasticError(
+            f"{_where(where, batched, name)} sums to {sums[where]:.6g} (must be 1 within "
+            f"{ROW_SUM_TOL:g}): pass row-stochastic attention (softmax over keys)"
+        )
+    x /= sums[:, :, None]
+    return x
+
+
+@dataclass(frozen=True)
+class EqualityResult:
+    """Per-matrix verdicts of a batch of b matrices; every array has leading dimension b."""
+
+    kappa: np.ndarray  # (b,) float64: kappa(A)
+    kappa_factor: np.ndarray  # (b,) float64: kappa(M), M = (I + A)/2
+    bound: np.ndarray  # (b,) float64: (1 + kappa(A))/2
+    margin: np.ndarray  # (b,) float64: bound - kappa(M)
+    holds: np.ndarray  # (b,) bool: margin <= tol (the definition)
+    holds_by_characterisation: np.ndarray  # (b,) bool: a near-attaining pair is self-dominant
+    attaining_special: np.ndarray  # (b,) bool: every attaining pair involves a special token
+    pair: np.ndarray  # (b, 2) int64: the self-dominant attaining pair i < j, -1 when none
+    attaining_pairs: np.ndarray  # (b,) int64: pairs i < j with kappa - kappa_ij <= tol
+
+    @property
+    def disagreements(self) -> int:
+        """Matrices where the definition and the characterisation disagree (should be 0)."""
+        return int(np.count_nonzero(self.holds != self.holds_by_characterisation))
+
+    def records(self) -> list[dict]:
+        """One JSON-ready dict per matrix (python floats, bools, ints; pair [i, j] or None)."""
+        return [
+            {
+                "kappa": float(self.kappa[m]),
+                "kappa_factor": float(self.kappa_factor[m]),
+                "bound": float(self.bound[m]),
+                "margin": float(self.margin[m]),
+                "holds": bool(self.holds[m]),
+                "holds_by_characterisation": bool(self.holds_by_characterisation[m]),
+                "pair": [int(v) for v in self.pair[m]] if self.pair[m, 0] >= 0 else None,
+                "attaining_pairs": int(self.attaining_pairs[m]),
+            }
+            for m in range(self.kappa.shape[0])
+        ]
+
+
+def _special_mask(special: np.ndarray | None, b: int, n: int) -> tuple[np.ndarray, bool]:
+    """(b, n) bool special-token mask from None, (n,) or (b, n); and whether one was given."""
+    if special is None:
+        return np.zeros((b, n), dtype=np.bool_), False
+    mask = np.asarray(special)
+    if mask.dtype != np.bool_ or mask.shape not in ((n,), (b, n)):
+        raise InputError(
+            f"special mask has shape {mask.shape} and dtype {mask.dtype}: need bool ({n},) or "
+            f"({b}, {n})"
+        )
+    return np.ascontiguousarray(np.broadcast_to(mask, (b, n))), True
+
+
+def _screen_torch(a: np.ndarray, device: str) -> np.ndarray:
+    """Screened kappa_ij = torch.cdist(float32 rows, p=1)/2 on `device`; (b, n, n) float32."""
+    import torch
+
+    n = a.shape[1]
+    group = max(1, (1 << 28) // (4 * n * n))  # about 256 MiB of float32 per group on the device
+    out = np.empty(a.shape, dtype=np.float32)  # (batch, row i, row j)
+    for start in range(0, a.shape[0], group):
+        x = torch.from_numpy(a[start : start + group]).to(device=device, dtype=torch.float32)
+        out[start : start + group] = (0.5 * torch.cdist(x, x, p=1)).cpu().numpy()
+    return out
+
+
+def check(
+    a: np.ndarray,
+    tol: float = DEFAULT_TOL,
+    special: np.ndarray | None = None,
+    validate: bool = True,
+    device: str | None = None,
+) -> EqualityResult:
+    """The equality test on an (n, n) or (b, n, n) row-stochastic batch, exact in float64.
+
+    `special`: optional bool (n,) or (b, n) mask of special tokens (for `attaining_special`).
+    `validate=False` trusts `a` to be float64 C-contiguous (b, n, n) already renormalised.
+    `device`: None screens with the numba CPU kernel; a torch device ("cuda", "cpu") screens with
+    torch.cdist(p=1) there. The verification is the same float64 pass either way.
+    """
+    if not (np.isfinite(tol) and tol >= 0):
+        raise InputError(f"tolerance {tol!r} must be a finite number >= 0 (default {DEFAULT_TOL})")
+    if validate:
+        x = validate_stochastic(a)
+    else:
+        x = np.ascontiguousarray(np.reshape(a, (-1,) + np.shape(a)[-2:]), dtype=np.float64)
+    b, n = x.shape[0], x.shape[1]
+    mask, has_special = _special_mask(special, b, n)
+    if device is not None:
+        out_f, out_i = kernel.check_screened(
+            x, _screen_torch(x, device), float(tol), mask, has_special
+        )
+    else:
+        tiles = kernel.tile_order(n)
+        over = b >= MATRICES_PER_THREAD * numba.get_num_threads()
+        run = kernel.check_over_matrices if over else kernel.check_within_matrices
+        with _KERNEL_LOCK:
+            out_f, out_i = run(x, float(tol), mask, has_special, tiles)
+    kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
+    bound = 0.5 * (1.0 + kappa)
+    margin = bound - kappa_factor
+    return EqualityResult(
+        kappa=kappa,
+        kappa_factor=kappa_factor,
+        bound=bound,
+        margin=margin,
+        holds=margin <= tol,
+        holds_by_characterisation=out_i[:, 0].astype(bool),
+        attaining_special=out_i[:, 4].astype(bool),
+        pair=out_i[:, 1:3].copy(),
+        attaining_pairs=out_i[:, 3].copy(),
+    )
+
+
+@dataclass(frozen=True)
+class Restriction:
+    """A matrix restricted to a token set: kept rows/columns, rows renormalised.
+
+    `matrix` is None when some kept row has no mass on the kept tokens (`empty_rows`, original
+    numbering): it cannot be renormalised and is reported, not divided by zero.
+    """
+
+    matrix: np.ndarray | None  # (m, m) float64
+    kept: np.ndarray  # (m,) int64: original indices of the kept tokens
+    empty_rows: np.ndarray  # (k,) int64: original indices of kept rows with zero kept mass
+
+
+def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
+    """Restrict a row-stochastic (n, n) matrix to the tokens where `keep` (bool (n,)) is True."""
+    x = validate_stochastic(a)
+    if x.shape[0] != 1:
+        raise InputError(f"restrict takes one (n, n) matrix, got shape {np.shape(a)}")
+    n = x.shape[1]
+    mask = np.asarray(keep)
+    if mask.dtype != np.bool_ or mask.shape != (n,):
+        raise InputError(f"keep mask has shape {mask.shape}, dtype {mask.dtype}: need bool ({n},)")
+    kept = np.flatnonzero(mask).astype(np.int64)
+    if kept.size == 0:
+        raise InputError("keep mask keeps no token: a token set must keep at least one token")
+    sub = x[0][np.ix_(kept, kept)]  # (kept row, kept column)
+    mass = sub.sum(axis=1)
+    empty = kept[mass == 0.0]
+    matrix = None if empty.size else sub / mass[:, None]
+    return Restriction(matrix=matrix, kept=kept, empty_rows=empty)
+
+
+def rollout(layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """kappa(R_l) and prod_{m <= l} (1 + kappa(A_m))/2 for l = 1..L; (L,) float64 each.
+
+    R_1 = M_1, R_l = M_l @ R_{l-1} (Abnar & Zuidema order), M_l = 0.5 * (eye + A_l), float64;
+    kappa(R_l) is exact with respect to the oracle applied to the float64 matrix R_l.
+    """
+    x = validate_stochastic(layers, name="layer")  # (layer, row, column)
+    n = x.shape[1]
+    factors = 0.5 * (np.eye(n) + x)  # (layer, row, column)
+    products = np.empty_like(factors)
+    products[0] = factors[0]
+    for layer in range(1, x.shape[0]):
+        products[layer] = factors[layer] @ products[layer - 1]
+    kappa_rollout = check(products, validate=False).kappa
+    return kappa_rollout, np.cumprod(check(x, validate=False).bound)

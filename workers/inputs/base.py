@@ -1,0 +1,115 @@
+"""The dataset contract: a frozen `DatasetSpec`, the `Dataset` it opens, and kind dispatch."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from workers.errors import InputError
+
+KINDS = ("image", "text", "tabular")
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Where inputs come from: a `path` (file or folder) or a `source` form, and how many.
+
+    `split`/`column` select a Hugging Face dataset's split and text column; `target` names the
+    CSV column holding the label (tabular). `limit` keeps the first N inputs.
+    """
+
+    kind: str
+    path: str | None = None
+    source: str | None = None
+    limit: int | None = None
+    split: str = "train"
+    column: str = "text"
+    target: str = "target"
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise InputError(f"dataset kind {self.kind!r} is unknown: use one of {KINDS}")
+        if (self.path is None) == (self.source is None):
+            raise InputError("dataset: give exactly one of `path` (file or folder) or `source`")
+        if self.limit is not None and (not isinstance(self.limit, int) or self.limit < 1):
+            raise InputError(f"dataset limit {self.limit!r}: must be a positive integer or null")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Table:
+    """Every row of a tabular source (not only the first `limit`): what FT-Transformer trains on."""
+
+    features: np.ndarray  # (rows, features) float64
+    target: np.ndarray  # (rows,) float64 (regression) or int64 class index (classification)
+    task: str  # "classification" | "regression"
+    feature_names: tuple[str, ...]
+    fingerprint: str  # sha256 of the content: keys the trained checkpoint
+
+
+class Dataset:
+    """Inputs of one kind with stable `ids`; `load(indices)` returns PIL RGB images, str or rows."""
+
+    kind: str = ""
+
+    def __init__(self, spec: DatasetSpec, ids: Sequence[str]) -> None:
+        self.spec = spec
+        self.ids: tuple[str, ...] = tuple(ids[: spec.limit] if spec.limit else ids)
+        if not self.ids:
+            raise InputError(f"dataset {spec.path or spec.source!r}: holds no inputs")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def load(self, indices: Iterable[int]) -> list:
+        """The inputs at `indices` (positions in `ids`), in that order."""
+        out = []
+        for index in indices:
+            if not 0 <= index < len(self.ids):
+                raise IndexError(f"input {index} out of range: the dataset holds {len(self)}")
+            out.append(self._load_one(index))
+        return out
+
+    def _load_one(self, index: int) -> Any:
+        raise NotImplementedError
+
+    @property
+    def table(self) -> Table | None:
+        """The whole table (tabular datasets only)."""
+        return None
+
+
+def infer_kind(inputs: str) -> str | None:
+    """The dataset kind an INPUTS string implies (a source form, folder or file suffix), or None."""
+    if inputs == "sklearn:sample_images":
+        return "image"
+    if inputs.startswith("sklearn:"):
+        return "tabular"
+    if inputs.startswith(("pydoc:", "hf:")):
+        return "text"
+    path = Path(inputs)
+    if path.is_dir():
+        return "image"
+    return {".csv": "tabular", ".txt": "text"}.get(path.suffix.lower())
+
+
+def open_dataset(spec: DatasetSpec) -> Dataset:
+    """Open the dataset `spec` describes; InputError names a missing file or an unknown source."""
+    if spec.kind == "image":
+        from workers.inputs import images
+
+        return images.open_images(spec)
+    if spec.kind == "text":
+        from workers.inputs import text
+
+        return text.open_text(spec)
+    from workers.inputs import tabular
+
+    return tabular.open_tabular(spec)

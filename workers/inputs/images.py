@@ -1,0 +1,81 @@
+"""Image datasets: a folder of image files (recursive, sorted) or scikit-learn's sample photos."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PIL import Image, UnidentifiedImageError
+
+from workers.errors import InputError
+from workers.inputs.base import Dataset, DatasetSpec
+
+SAMPLE_SOURCE = "sklearn:sample_images"
+# Each sample photo (427 x 640) also yields a 2 x 3 grid of tiles: 14 deterministic inputs.
+TILE_GRID = (2, 3)
+
+
+def open_images(spec: DatasetSpec) -> Dataset:
+    """An image folder or the sklearn sample photos; InputError for anything else."""
+    if spec.source is not None:
+        if spec.source != SAMPLE_SOURCE:
+            raise InputError(
+                f"image source {spec.source!r} is unknown: use {SAMPLE_SOURCE!r} or a folder path"
+            )
+        return SampleImages(spec)
+    return ImageFolder(spec)
+
+
+def _read_rgb(path: Path) -> Image.Image:
+    try:
+        with Image.open(path) as image:
+            return image.convert("RGB")
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
+
+
+class ImageFolder(Dataset):
+    """Every file with an image suffix PIL knows, under a folder, sorted by relative path."""
+
+    kind = "image"
+
+    def __init__(self, spec: DatasetSpec) -> None:
+        root = Path(spec.path).expanduser()
+        if not root.is_dir():
+            raise InputError(f"image folder {spec.path!r}: not found (or not a directory)")
+        suffixes = {suffix.lower() for suffix in Image.registered_extensions()}
+        files = sorted(
+            p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in suffixes
+        )
+        self.root = root
+        super().__init__(spec, [p.relative_to(root).as_posix() for p in files])
+
+    def _load_one(self, index: int) -> Image.Image:
+        return _read_rgb(self.root / self.ids[index])
+
+
+class SampleImages(Dataset):
+    """scikit-learn's two bundled photos, then their tiles (row-major), offline."""
+
+    kind = "image"
+
+    def __init__(self, spec: DatasetSpec) -> None:
+        from sklearn.datasets import load_sample_images
+
+        self.files = [Path(f) for f in load_sample_images().filenames]
+        rows, cols = TILE_GRID
+        ids = [f.name for f in self.files]
+        ids += [
+            f"{f.name}#tile-r{r}-c{c}"
+            for f in self.files for r in range(rows) for c in range(cols)
+        ]
+        super().__init__(spec, ids)
+
+    def _load_one(self, index: int) -> Image.Image:
+        name, _, tile = self.ids[index].partition("#tile-")
+        image = _read_rgb(next(f for f in self.files if f.name == name))
+        if not tile:
+            return image
+        r, c = (int(part[1:]) for part in tile.split("-"))
+        rows, cols = TILE_GRID
+        height, width = image.height // rows, image.width // cols
+        return image.crop((c * width, r * height, (c + 1) * width, (r + 1) * height))

@@ -1,0 +1,227 @@
+"""The model registry: small frozen specs naming a model family, its source and token layout.
+
+A `ModelSpec` holds no weights: it is hashable, picklable and JSON-able (`to_dict`), so the sweep
+can fingerprint it and ship it to workers, which build the model lazily (`workers.extraction`).
+
+Source forms accepted by `resolve_model`:
+    <preset>                      a name from `PRESETS` (study models and tiny test models)
+    hf:<hub id or local dir>      a Hugging Face transformers text or image encoder
+    timm:<model name>             a timm ViT/DeiT (option `weights=FILE.safetensors`: local weights)
+    ft-transformer                the project's FT-Transformer, trained on the tabular dataset
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from workers.errors import InputError
+
+FAMILIES = ("hf", "timm", "ft-transformer")
+MODALITIES = ("image", "text", "tabular")
+SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to build: family, source, input modality and architecture overrides (no weights).
+
+    `pretrained=False` builds a randomly initialised model from `config` (tiny presets; for
+    `ft-transformer` the weights come from project training). `config` holds sorted
+    (key, value) pairs: architecture overrides, or FT-Transformer hyperparameters.
+    """
+
+    name: str
+    family: str  # one of FAMILIES
+    source: str  # hub id / local dir (hf), model name (timm), "" (ft-transformer)
+    modality: str  # one of MODALITIES
+    pretrained: bool = True
+    config: tuple[tuple[str, Any], ...] = ()
+    weights: str | None = None  # local safetensors weights file (timm)
+    seed: int = 0  # initialisation seed of randomly initialised models; training seed (FT)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise InputError(f"model {self.name!r}: unknown family {self.family!r}; use {FAMILIES}")
+        if self.modality not in MODALITIES:
+            raise InputError(
+                f"model {self.name!r}: unknown modality {self.modality!r}; use {MODALITIES}"
+            )
+        object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """The `config` pairs as a dict."""
+        return dict(self.config)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-able form (`config` as a dict); `ModelSpec.from_dict` inverts it."""
+        out = asdict(self)
+        out["config"] = dict(self.config)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
+        """Inverse of `to_dict`."""
+        data = dict(data)
+        data["config"] = tuple(dict(data.get("config", {})).items())
+        return cls(**data)
+
+
+def _cfg(**kwargs: Any) -> tuple[tuple[str, Any], ...]:
+    return tuple(sorted(kwargs.items()))
+
+
+_TINY_HF_TEXT = dict(
+    hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+    max_position_embeddings=128,
+)
+_TINY_TIMM = dict(img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
+
+FT_DEFAULTS: dict[str, Any] = {
+    "n_blocks": 3,
+    "max_epochs": 200,
+    "patience": 16,
+    "batch_size": 64,
+    "val_fraction": 0.2,
+    "test_fraction": 0.2,
+}
+
+PRESETS: dict[str, ModelSpec] = {
+    spec.name: spec
+    for spec in [
+        *(
+            ModelSpec(f"dinov2-{size}", "hf", f"facebook/dinov2-{size}", "image")
+            for size in ("small", "base", "large")
+        ),
+        *(
+            ModelSpec(f"dinov2-{size}-reg", "hf", f"facebook/dinov2-with-registers-{size}", "image")
+            for size in ("small", "base", "large")
+        ),
+        ModelSpec("roberta-base", "hf", "FacebookAI/roberta-base", "text"),
+        ModelSpec("distilbert-base", "hf", "distilbert/distilbert-base-uncased", "text"),
+        ModelSpec("deit-base", "timm", "deit_base_distilled_patch16_224", "image"),
+        ModelSpec("vit-base-16", "timm", "vit_base_patch16_224", "image"),
+        ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False,
+                  config=_cfg(**FT_DEFAULTS)),
+        # Tiny randomly initialised models: the production path, no download.
+        ModelSpec(
+            "tiny-dinov2", "hf", "dinov2", "image", pretrained=False,
+            config=_cfg(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, patch_size=14, image_size=56),
+        ),
+        ModelSpec(
+            "tiny-dinov2-reg", "hf", "dinov2_with_registers", "image", pretrained=False,
+            config=_cfg(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                        intermediate_size=64, patch_size=14, image_size=56,
+                        num_register_tokens=4),
+        ),
+        ModelSpec("tiny-roberta", "hf", "roberta", "text", pretrained=False,
+                  config=_cfg(**{**_TINY_HF_TEXT, "max_position_embeddings": 130})),
+        ModelSpec(
+            "tiny-distilbert", "hf", "distilbert", "text", pretrained=False,
+            config=_cfg(dim=32, n_layers=2, n_heads=4, hidden_dim=64,
+                        max_position_embeddings=128),
+        ),
+        ModelSpec("tiny-vit", "timm", "vit_base_patch16_224", "image", pretrained=False,
+                  config=_cfg(**_TINY_TIMM)),
+        ModelSpec("tiny-deit", "timm", "deit_base_patch16_224", "image", pretrained=False,
+                  config=_cfg(**_TINY_TIMM)),
+        ModelSpec("tiny-deit-distilled", "timm", "deit_base_distilled_patch16_224", "image",
+                  pretrained=False, config=_cfg(**_TINY_TIMM)),
+    ]
+}
+
+
+
+def resolve_model(source: str, **options: Any) -> ModelSpec:
+    """Turn a preset name or a source form into a `ModelSpec`; InputError names the valid forms.
+
+    Options: `modality` (hf: image|text, inferred from the config when absent), `weights`
+    (timm: local .safetensors file), FT-Transformer hyperparameters (keys of `FT_DEFAULTS`),
+    `seed`.
+    """
+    source = source.strip()
+    seed = int(options.pop("seed", 0))
+    if source in PRESETS:
+        spec = PRESETS[source]
+        if spec.family == "ft-transformer":
+            return _ft_spec(spec, options, seed)
+        weights = options.pop("weights", None)
+        _reject_options(source, options)
+        return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None)
+    if source.startswith("hf:") and len(source) > 3:
+        modality = options.pop("modality", None)
+        _reject_options(source, options)
+        target = source[3:]
+        if modality is None:
+            modality = _infer_hf_modality(target)
+        if modality not in ("image", "text"):
+            raise InputError(
+                f"model {source!r}: modality must be 'image' or 'text', not {modality!r}"
+            )
+        path = Path(target).expanduser()
+        resolved = str(path.resolve()) if path.is_dir() else target
+        return ModelSpec(source, "hf", resolved, modality, seed=seed)
+    if source.startswith("timm:") and len(source) > 5:
+        weights = options.pop("weights", None)
+        _reject_options(source, options)
+        name = source[5:]
+        return ModelSpec(source, "timm", name, "image", seed=seed,
+                         weights=_weights_file(weights) if weights else None)
+    raise InputError(
+        f"unknown model {source!r}: use one of the presets {sorted(PRESETS)} or a source form "
+        f"{list(SOURCE_FORMS[1:])}"
+    )
+
+
+def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
+    unknown = sorted(set(options) - set(FT_DEFAULTS))
+    if unknown:
+        raise InputError(
+            f"model {spec.name!r}: unknown option(s) {unknown}; valid: {sorted(FT_DEFAULTS)}"
+        )
+    return replace(spec, config=_cfg(**{**FT_DEFAULTS, **spec.options, **options}), seed=seed)
+
+
+def _reject_options(source: str, options: dict[str, Any]) -> None:
+    if options:
+        raise InputError(f"model {source!r}: option(s) {sorted(options)} do not apply to it")
+
+
+def _weights_file(weights: str) -> str:
+    path = Path(weights).expanduser()
+    if path.suffix != ".safetensors":
+        raise InputError(f"weights file {weights!r}: must be a .safetensors file (no pickles)")
+    if not path.is_file():
+        raise InputError(f"weights file {weights!r}: not found")
+    return str(path.resolve())
+
+
+_IMAGE_CONFIG_KEYS = ("image_size", "patch_size", "num_channels")
+
+
+def _infer_hf_modality(target: str) -> str:
+    """image if the model's config describes images (image_size/patch_size), else text."""
+    path = Path(target).expanduser()
+    if path.is_dir():
+        config_file = path / "config.json"
+        if not config_file.is_file():
+            raise InputError(f"model directory {target!r}: no config.json in it")
+        try:
+            config = json.loads(config_file.read_text())
+        except json.JSONDecodeError as error:
+            raise InputError(f"{config_file}: not valid JSON ({error})") from error
+    else:
+        from transformers import AutoConfig
+
+        try:
+            config = AutoConfig.from_pretrained(target).to_dict()
+        except OSError as error:
+            raise InputError(
+                f"model 'hf:{target}': no such local directory, and the hub id could not be "
+                f"loaded ({' '.join(str(error).split())[:200]})"
+            ) from error
+    return "image" if any(key in config for key in _IMAGE_CONFIG_KEYS) else "text"

@@ -1,0 +1,198 @@
+"""Hugging Face transformers encoders (text and image): eager attention, captured per layer.
+
+Pretrained models load by hub id or local directory (safetensors only, never remote code); the
+tiny presets build a randomly initialised model from a config (`spec.source` is the model type)
+with an offline tokenizer or image processor. Attention comes from forward hooks on the modules
+the model class declares in `_can_record_outputs["attentions"]` (what transformers itself hooks
+for `output_attentions`), so heads are averaged layer by layer.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer, BitImageProcessor
+
+from workers.errors import ExtractionError, InputError
+from workers.extraction import Batch, Extractor, Sink
+from workers.models import ModelSpec
+from workers.models.tiny_text import tiny_tokenizer
+from workers.token_kinds import TokenKind
+
+DINOV2_TYPES = ("dinov2", "dinov2_with_registers")
+# Prefix tokens (before the patches) of image model types whose layout is known.
+IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+
+
+def build_model(spec: ModelSpec) -> torch.nn.Module:
+    """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
+    if spec.pretrained:
+        try:
+            model = AutoModel.from_pretrained(
+                spec.source, attn_implementation="eager", use_safetensors=True,
+                trust_remote_code=False,
+            )
+        except (OSError, ValueError) as error:
+            message = " ".join(str(error).split())[:300]
+            raise InputError(
+                f"model {spec.name!r}: cannot load {spec.source!r}: {message}"
+            ) from error
+    else:
+        config = AutoConfig.for_model(spec.source, **spec.options)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(spec.seed)
+            # from_config mutates the config it is given: pass a copy.
+            model = AutoModel.from_config(copy.deepcopy(config), attn_implementation="eager")
+    if model.config._attn_implementation != "eager":
+        raise ExtractionError(
+            f"model {spec.name!r} runs {model.config._attn_implementation!r} attention, which "
+            "returns no probabilities: it must be built with attn_implementation='eager'"
+        )
+    return model.eval()
+
+
+def attention_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
+    """(module, index) pairs, in layer order: output[index] of module is a layer's probabilities."""
+    declared = getattr(type(model), "_can_record_outputs", None) or {}
+    targets = declared.get("attentions")
+    if targets is None:
+        return []
+    targets = targets if isinstance(targets, list) else [targets]
+    found = []
+    for name, module in model.named_modules():
+        for target in targets:
+            cls = getattr(target, "target_class", target)
+            layer_name = getattr(target, "layer_name", None)
+            if isinstance(cls, type) and isinstance(module, cls):
+                if layer_name is None or f".{layer_name.strip('.')}." in f".{name}.":
+                    found.append((module, getattr(target, "index", 1)))
+    return found
+
+
+class HFExtractor(Extractor):
+    """A transformers text or image encoder."""
+
+    def __init__(self, spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> None:
+        self.spec, self.device, self.dtype = spec, device, dtype
+        self.model = build_model(spec).to(device=device, dtype=dtype)
+        self.config = self.model.config
+        self.n_layers = int(self.config.num_hidden_layers)
+        self.attention_modules = attention_modules(self.model)
+        if len(self.attention_modules) != self.n_layers:
+            raise ExtractionError(
+                f"model {spec.name!r}: found {len(self.attention_modules)} attention modules for "
+                f"{self.n_layers} layers; only encoders declaring their attention modules "
+                "(transformers `_can_record_outputs`) are supported"
+            )
+        if spec.modality == "text":
+            self.tokenizer = self._tokenizer()
+            self.input_names = set(inspect.signature(self.model.forward).parameters)
+        else:
+            self.processor = self._image_processor()
+
+    # --- preprocessing -------------------------------------------------------------------------
+    def _tokenizer(self) -> Any:
+        max_positions = getattr(self.config, "max_position_embeddings", 512)
+        if self.config.model_type in ("roberta", "xlm-roberta", "camembert"):
+            max_positions -= self.config.pad_token_id + 1  # positions start after padding_idx
+        if not self.spec.pretrained:
+            tokenizer = tiny_tokenizer(self.spec.source, max_positions)
+            if tokenizer.vocab_size > self.config.vocab_size:
+                raise ExtractionError(f"tiny model {self.spec.name!r}: vocabulary too small")
+        else:
+            tokenizer = AutoTokenizer.from_pretrained(self.spec.source)
+        tokenizer.padding_side = "right"
+        self.max_length = min(int(tokenizer.model_max_length), max_positions)
+        return tokenizer
+
+    def _image_processor(self) -> Any:
+        if self.spec.pretrained:
+            return AutoImageProcessor.from_pretrained(self.spec.source)
+        size = int(self.config.image_size)
+        return BitImageProcessor(
+            size={"shortest_edge": size * 256 // 224}, crop_size={"height": size, "width": size},
+            do_center_crop=True, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD,
+        )
+
+    def _tokenize(self, texts: Sequence[str], **kwargs: Any) -> Any:
+        return self.tokenizer(
+            list(texts), truncation=True, max_length=self.max_length,
+            return_special_tokens_mask=True, **kwargs,
+        )
+
+    def _image_prefix(self) -> tuple[TokenKind, ...]:
+        model_type = self.config.model_type
+        if model_type in IMAGE_PREFIX:
+            return IMAGE_PREFIX[model_type]
+        registers = int(getattr(self.config, "num_register_tokens", 0) or 0)
+        return (TokenKind.CLS,) + (TokenKind.REGISTER,) * registers
+
+    def _image_kinds(self, pixel_values: torch.Tensor) -> np.ndarray:
+        patch = self.config.patch_size
+        ph, pw = (patch, patch) if isinstance(patch, int) else tuple(patch)
+        n_patches = (pixel_values.shape[-2] // ph) * (pixel_values.shape[-1] // pw)
+        kinds = list(self._image_prefix()) + [TokenKind.CONTENT] * n_patches
+        return np.array(kinds, dtype=np.int8)
+
+    def _text_kinds(self, ids: list[int], special: list[int]) -> np.ndarray:
+        cls_id = self.tokenizer.cls_token_id
+        if cls_id is None:
+            cls_id = self.tokenizer.bos_token_id
+        kinds = [
+            TokenKind.CONTENT if not s else TokenKind.CLS if i == cls_id else TokenKind.SEP
+            for i, s in zip(ids, special, strict=True)
+        ]
+        return np.array(kinds, dtype=np.int8)
+
+    def token_counts(self, items: Sequence[Any]) -> list[int]:
+        if self.spec.modality == "text":
+            return [len(ids) for ids in self._tokenize(items)["input_ids"]]
+        pixels = self.processor(images=list(items), return_tensors="pt")["pixel_values"]
+        return [len(self._image_kinds(pixels))] * len(items)
+
+    def prepare(self, items: Sequence[Any]) -> Batch:
+        if self.spec.modality == "text":
+            encoded = self._tokenize(items, padding=True, return_tensors="pt")
+            special = encoded.pop("special_tokens_mask")
+            mask = encoded["attention_mask"]
+            positions = [row.nonzero().flatten() for row in mask]
+            kinds = [
+                self._text_kinds(encoded["input_ids"][b, p].tolist(), special[b, p].tolist())
+                for b, p in enumerate(positions)
+            ]
+            # Only what forward takes: DistilBERT has no use for token_type_ids.
+            inputs = {k: v.to(self.device) for k, v in encoded.items() if k in self.input_names}
+            return Batch(inputs, positions, kinds)
+        pixels = self.processor(images=list(items), return_tensors="pt")["pixel_values"]
+        kinds = self._image_kinds(pixels)
+        positions = [torch.arange(len(kinds))] * len(items)
+        inputs = {"pixel_values": pixels.to(self.device, self.dtype)}
+        return Batch(inputs, positions, [kinds] * len(items))
+
+    # --- capture -------------------------------------------------------------------------------
+    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
+        def hook_for(index: int):
+            def hook(module: torch.nn.Module, args: Any, output: Any) -> None:
+                probs = output[index] if isinstance(output, tuple) else None
+                if probs is None:
+                    raise ExtractionError(
+                        f"model {self.spec.name!r}: an attention module returned no "
+                        "probabilities: build it with attn_implementation='eager'"
+                    )
+                sink(probs)  # (batch, heads, query, key)
+
+            return hook
+
+        return [
+            module.register_forward_hook(hook_for(index))
+            for module, index in self.attention_modules
+        ]
+
+    def forward(self, batch: Batch) -> Any:
+        return self.model(**batch.inputs)

@@ -1,0 +1,110 @@
+"""timm ViT/DeiT (incl. distilled): fused attention switched off per block, captured per layer.
+
+timm runs `scaled_dot_product_attention` unless a block's `fused_attn` is False; then every
+block computes `softmax(q k^T * scale)` and passes it through `attn_drop`, whose forward hook
+sees the (batch, heads, query, key) probabilities. The switch is set explicitly on each block
+and checked after loading (never via the import-time TIMM_FUSED_ATTN global).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import timm
+import torch
+from timm.models.deit import VisionTransformerDistilled
+from timm.models.vision_transformer import VisionTransformer
+
+from workers.errors import ExtractionError, InputError
+from workers.extraction import Batch, Extractor, Sink
+from workers.models import ModelSpec
+from workers.token_kinds import TokenKind
+
+
+def build_model(spec: ModelSpec) -> torch.nn.Module:
+    """The timm model of `spec` (hub weights, a local safetensors file, or random init), eval."""
+    if not timm.is_model(spec.source):
+        close = timm.list_models(f"*{spec.source.split('.')[0][:12]}*")[:8]
+        raise InputError(f"timm model {spec.source!r} is unknown; similar names: {close}")
+    overrides = spec.options
+    try:
+        if spec.weights:
+            model = timm.create_model(
+                spec.source, pretrained=True, pretrained_cfg_overlay={"file": spec.weights},
+                **overrides,
+            )
+        elif spec.pretrained:
+            model = timm.create_model(spec.source, pretrained=True, **overrides)
+        else:
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(spec.seed)
+                model = timm.create_model(spec.source, pretrained=False, **overrides)
+    except (OSError, RuntimeError) as error:
+        message = " ".join(str(error).split())[:300]
+        raise InputError(f"model {spec.name!r}: cannot load {spec.source!r}: {message}") from error
+    if not isinstance(model, VisionTransformer):
+        raise ExtractionError(
+            f"model {spec.name!r} is a {type(model).__name__}: only timm VisionTransformer "
+            "models (ViT, DeiT, distilled DeiT) are supported"
+        )
+    for block in model.blocks:
+        block.attn.fused_attn = False
+    return model.eval()
+
+
+def prefix_kinds(model: VisionTransformer) -> tuple[TokenKind, ...]:
+    """Kinds of the tokens before the patches: CLS, then DIST (distilled) or registers."""
+    if isinstance(model, VisionTransformerDistilled):
+        kinds = (TokenKind.CLS, TokenKind.DIST)
+    else:
+        kinds = (TokenKind.CLS,) * int(model.has_class_token)
+        kinds += (TokenKind.REGISTER,) * int(model.num_reg_tokens)
+    if len(kinds) != model.num_prefix_tokens:
+        raise ExtractionError(
+            f"timm {type(model).__name__}: {model.num_prefix_tokens} prefix tokens, layout "
+            f"{kinds} expected: unsupported token layout"
+        )
+    return kinds
+
+
+class TimmExtractor(Extractor):
+    """A timm VisionTransformer."""
+
+    def __init__(self, spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> None:
+        self.spec, self.device, self.dtype = spec, device, dtype
+        self.model = build_model(spec).to(device=device, dtype=dtype)
+        self.n_layers = len(self.model.blocks)
+        unfused = [b for b in self.model.blocks if getattr(b.attn, "fused_attn", True) is False]
+        if len(unfused) != self.n_layers:
+            raise ExtractionError(
+                f"model {spec.name!r}: {self.n_layers - len(unfused)} blocks still use fused "
+                "attention, which returns no probabilities: set block.attn.fused_attn = False"
+            )
+        config = timm.data.resolve_model_data_config(self.model)
+        # The model's own size: a pretrained_cfg keeps 224 px when `img_size` is overridden.
+        config["input_size"] = (3, *self.model.patch_embed.img_size)
+        self.transform = timm.data.create_transform(**config, is_training=False)
+        n_patches = int(self.model.patch_embed.num_patches)
+        self.kinds = np.array(
+            [*prefix_kinds(self.model), *[TokenKind.CONTENT] * n_patches], dtype=np.int8
+        )
+
+    def token_counts(self, items: Sequence[Any]) -> list[int]:
+        return [len(self.kinds)] * len(items)
+
+    def prepare(self, items: Sequence[Any]) -> Batch:
+        pixels = torch.stack([self.transform(image) for image in items])  # (batch, 3, H, W)
+        positions = [torch.arange(len(self.kinds))] * len(items)
+        inputs = {"x": pixels.to(self.device, self.dtype)}
+        return Batch(inputs, positions, [self.kinds] * len(items))
+
+    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
+        def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+            sink(output)  # (batch, heads, query, key)
+
+        return [b.attn.attn_drop.register_forward_hook(hook) for b in self.model.blocks]
+
+    def forward(self, batch: Batch) -> Any:
+        return self.model.forward_features(batch.inputs["x"])
