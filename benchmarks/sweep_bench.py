@@ -35,7 +35,7 @@ def make_model(folder: Path) -> Path:
     from transformers import ViTConfig, ViTImageProcessor, ViTModel
 
     torch.manual_seed(0)
-    ViTModel(ViTConfig(), add_pooling_layer=False).save_pretrained(folder, safe_serialization=True)
+    ViTModel(ViTConfig()).save_pretrained(folder, safe_serialization=True)
     ViTImageProcessor(size={"height": 224, "width": 224}).save_pretrained(folder)
     return folder
 

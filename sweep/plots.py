@@ -23,7 +23,8 @@ def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:
     """Write depth.png, baseline.png (when the store has a baseline) and margins.png."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    figures = {"depth.png": depth_figure(report), "margins.png": margin_figure(tree, report.tol)}
+    tol = report.tol if report.tol is not None else report.sweep_tol
+    figures = {"depth.png": depth_figure(report), "margins.png": margin_figure(tree, tol)}
     if not report.baseline.empty:
         figures["baseline.png"] = baseline_figure(report)
     paths = []
@@ -99,7 +100,7 @@ def baseline_figure(report: Report) -> Figure:
         ax.minorticks_off()
     ax.set_xlabel("matrix size n (tokens)")
     ax.set_ylabel("share of matrices where bound is tight")
-    ax.set_ylim(0, max(0.55, 1.05 * float(np.nanmax(done["ci_high"], initial=0.0))))
+    ax.set_ylim(0, max([0.55, *(1.05 * done["ci_high"].dropna())]))
     if done.empty:
         ax.text(0.5, 0.5, "no baseline chunk finished yet", transform=ax.transAxes,
                 ha="center", va="center", color="gray")

@@ -38,6 +38,7 @@ class Report:
 
     store: str
     tol: float | None  # None: the verdicts stored by the sweep
+    sweep_tol: float | None  # the tolerance the sweep's config recorded, if any
     summary: pd.DataFrame  # 1. model, token_set: holding rate over input-layer pairs
     rates: pd.DataFrame  # 2. model, layer, relative_depth, token_set
     depth: pd.DataFrame  # 3. model, token_set, depth third
@@ -62,6 +63,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
     return Report(
         store=store,
         tol=tol,
+        sweep_tol=tree.attrs.get("config", {}).get("tol"),
         summary=rates_from_cells(cells, by=("model", "token_set")),
         rates=rates_from_cells(cells),
         depth=depth,
@@ -172,7 +174,9 @@ def rollout_gap(tree: xr.DataTree) -> pd.DataFrame:
 
 def render_markdown(report: Report) -> str:
     """The six sections as a Markdown document."""
-    tol = "the sweep's stored verdicts" if report.tol is None else f"margin <= {report.tol:g}"
+    tol = f"margin <= {report.tol:g} (re-applied)" if report.tol is not None else (
+        "as stored by the sweep" + ("" if report.sweep_tol is None else
+                                    f" (margin <= {report.sweep_tol:g})"))
     out = [f"# Dobrushin bound tightness: {report.store}", "",
            f"Verdicts: {tol}. Intervals are 95% Wilson; `k/n` counts input-layer pairs with a "
            "verdict; pending = not computed yet, skipped = token set left no valid matrix; "
@@ -221,7 +225,7 @@ def render_csv(report: Report) -> str:
 
 def render_json(report: Report) -> str:
     """One JSON object: store, tol, rates, summary, baseline and the other sections' records."""
-    document = {"store": report.store, "tol": report.tol}
+    document = {"store": report.store, "tol": report.tol, "sweep_tol": report.sweep_tol}
     for field in fields(Report):
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):

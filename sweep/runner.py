@@ -152,14 +152,15 @@ class InProcessExecutor:
 
     @staticmethod
     def _attempt(task: Task, retries: int) -> str | None:
-        for attempt in range(retries + 1):
+        """None if the task succeeded within 1 + retries tries, else the last error."""
+        error: Exception | None = None
+        for _ in range(retries + 1):
             try:
                 run_task(task)
                 return None
-            except Exception as error:  # noqa: BLE001 - a failed task is recorded, not fatal
-                if attempt == retries:
-                    return error_line(error)
-        return None
+            except Exception as caught:  # noqa: BLE001 - a failed task is recorded, not fatal
+                error = caught
+        return error_line(error)
 
 
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) -> RunSummary:

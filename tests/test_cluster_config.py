@@ -87,6 +87,13 @@ def test_wrong_type_names_key_and_value(tmp_path):
     assert "line 1: allowed_failures:" in message and "'lots'" in message
 
 
+def test_a_bad_value_is_explained_by_the_fields_documented_meaning(tmp_path):
+    message = load_error(write(tmp_path, "local:\n  gpus: all\n"))
+    assert message.startswith(f"{tmp_path / 'cluster.yaml'} line 2: local.gpus: ")
+    assert "(got 'all')" in message and "a list of indices" in message
+    assert "literal" not in message  # pydantic's union-member tags stay out of the key
+
+
 def test_negative_count_is_refused(tmp_path):
     message = load_error(write(tmp_path, "local:\n  threads: 0\n"))
     assert "line 2: local.threads:" in message and "greater than or equal to 1" in message
@@ -99,7 +106,7 @@ def test_unknown_kind_lists_the_kinds(tmp_path):
 
 def test_selected_kind_needs_its_block(tmp_path):
     message = load_error(write(tmp_path, "kind: slurm\n"))
-    assert "kind is 'slurm' but there is no slurm: block" in message
+    assert message.endswith("kind is 'slurm' but there is no slurm: block; add one or change kind")
 
 
 def test_missing_required_key_is_named(tmp_path):
@@ -117,6 +124,13 @@ def test_pools_without_a_gpu_carrier_are_refused(tmp_path):
     path = write(tmp_path, "local:\n  pools:\n    cpu: {workers: 2, resources: {CPU: 1}}\n")
     message = load_error(path)
     assert "no worker carries the GPU resource" in message and "local" in message
+
+
+def test_configs_built_in_code_are_checked_the_same_way():
+    with pytest.raises(ValueError, match="no worker carries the CPU resource"):
+        ClusterConfig.model_validate(
+            {"local": {"pools": {"g": {"workers": 1, "resources": {"GPU": 1}}}}}
+        )
 
 
 def test_a_pool_with_no_jobs_does_not_count(tmp_path):

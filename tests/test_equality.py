@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from workers import kernel
 from workers.equality import DEFAULT_TOL, check, validate_stochastic
 from workers.errors import InputError, NotStochasticError
 
@@ -70,6 +71,19 @@ def attention_like(rng: np.random.Generator, b: int, n: int) -> np.ndarray:
     logits[:, :, 0] += 4.0
     e = np.exp(logits - logits.max(axis=2, keepdims=True))
     return e / e.sum(axis=2, keepdims=True)
+
+
+@pytest.mark.parametrize("n", [2, 5, 64, 131])
+def test_screen_is_within_its_rigorous_error_bound(n):
+    rng = np.random.default_rng(n)
+    for a in (stochastic(rng, 1, n)[0], attention_like(rng, 1, n)[0], np.eye(n)):
+        x, screened = kernel.screen_buffers(n)
+        kernel.fill_float32(a, x)
+        kernel.screen_parallel(x, kernel.tile_order(n), screened)
+        upper = np.triu(np.ones((n, n), dtype=bool), 1)
+        gap = np.abs(screened[:n, :n][upper].astype(np.float64) - pair_tv(a)[upper])
+        assert gap.max() <= kernel.screen_error(a)
+        assert gap.max() <= 4 * (n + 2) * 2.0**-24  # and the bound is not vacuous
 
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 7, 13, 33])
@@ -245,6 +259,7 @@ def test_theorem_margin_nonnegative_and_verdicts_agree(n, seed, concentration):
     ("bad", "message"),
     [
         (np.ones((2, 3)), "shape (2, 3)"),
+        (np.ones((0, 3, 3)), "shape (0, 3, 3)"),
         (np.array([[0.5, np.nan], [0.5, 0.5]]), "matrix row 0 column 1 is nan"),
         (np.array([[[1.0, 0.0], [0.0, 1.0]], [[1.0, 0.0], [np.inf, 0.0]]]), "matrix 1 row 1"),
         (np.array([[1.1, -0.1], [0.5, 0.5]]), "matrix row 0 column 1 is negative"),

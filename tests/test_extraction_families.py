@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from workers.errors import ExtractionError
-from workers.extraction import Extractor, load_extractor
+from workers.extraction import Extractor, capture_attention, load_extractor
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import resolve_model
 from workers.token_kinds import TokenKind as K
@@ -160,3 +160,56 @@ def test_timm_local_safetensors_weights(tmp_path):
                            device="cpu")
     for p, q in zip(tiny.model.parameters(), other.model.parameters(), strict=True):
         assert torch.equal(p, q)
+
+
+@pytest.mark.parametrize("name", ["tiny-dinov2", "tiny-vit"])
+def test_heads_are_averaged_as_each_layer_is_produced(name):
+    ex = extractor(name)
+    batch = ex.prepare(items_for(name)[0][:2])
+    seen = []
+
+    def spy(module, args, output):
+        seen.append(len(layers))  # maps already averaged when this layer's block returns
+
+    blocks = ex.model.encoder.layer if name == "tiny-dinov2" else ex.model.blocks
+    handles = [block.register_forward_hook(spy) for block in blocks]
+    try:
+        with torch.inference_mode(), capture_attention(ex) as layers:
+            ex.forward(batch)
+    finally:
+        for handle in handles:
+            handle.remove()
+    assert seen == [1, 2]
+    assert [tuple(m.shape) for m in layers] == [(2, 17, 17)] * 2  # (batch, query, key): no heads
+    assert all(m.dtype == torch.float32 for m in layers)
+
+
+def _first_block_input(ex: Extractor, block: torch.nn.Module) -> torch.Tensor:
+    seen = []
+    handle = block.register_forward_pre_hook(
+        lambda module, args, kwargs: seen.append(args[0] if args else kwargs["hidden_states"]),
+        with_kwargs=True,
+    )
+    try:
+        ex.extract(items_for("tiny-vit")[0][:1], ["x"])
+    finally:
+        handle.remove()
+    return seen[0][0]  # (T, d)
+
+
+def test_dinov2_registers_sit_at_the_positions_labelled_register():
+    ex = extractor("tiny-dinov2-reg")
+    tokens = _first_block_input(ex, ex.model.encoder.layer[0])
+    kinds = ex.extract(items_for("tiny-vit")[0][:1], ["x"])[0].token_kind
+    torch.testing.assert_close(tokens[kinds == K.REGISTER], ex.model.embeddings.register_tokens[0])
+
+
+def test_deit_distillation_token_sits_at_the_position_labelled_dist():
+    ex = extractor("tiny-deit-distilled")
+    tokens = _first_block_input(ex, ex.model.blocks[0])
+    kinds = ex.extract(items_for("tiny-vit")[0][:1], ["x"])[0].token_kind
+    pos = ex.model.pos_embed[0]  # (T, d): added to every token, prefix included
+    expected = {K.CLS: ex.model.cls_token[0, 0], K.DIST: ex.model.dist_token[0, 0]}
+    for kind, embedding in expected.items():
+        (at,) = np.flatnonzero(kinds == kind)
+        torch.testing.assert_close(tokens[at], embedding + pos[at])

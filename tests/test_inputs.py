@@ -163,3 +163,21 @@ def test_fetched_table_offline_is_a_clear_input_error(monkeypatch):
     with pytest.raises(InputError, match="sklearn:california_housing.*could not be") as error:
         open_dataset(DatasetSpec(kind="tabular", source="sklearn:california_housing"))
     assert "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        DatasetSpec(kind="image", source="sklearn:sample_images", limit=2),
+        DatasetSpec(kind="text", source="pydoc:topics", limit=2),
+        DatasetSpec(kind="tabular", source="sklearn:iris", limit=2),
+    ],
+)
+def test_datasets_pickle_for_workers(spec):
+    import pickle
+
+    dataset = open_dataset(spec)
+    again = pickle.loads(pickle.dumps(dataset))
+    assert again.ids == dataset.ids and again.kind == dataset.kind
+    first, copy = dataset.load([1])[0], again.load([1])[0]
+    assert np.array_equal(np.asarray(first), np.asarray(copy))

@@ -72,6 +72,21 @@ def test_ft_transformer_options_are_part_of_the_spec():
         resolve_model("ft-transformer", lr_x=1)
 
 
+@pytest.mark.parametrize(
+    ("option", "match"),
+    [
+        ({"max_epochs": 0}, "max_epochs=0 must be an integer >= 1"),
+        ({"n_blocks": 7}, "n_blocks=7 must be an integer >= 1 and <= 6"),
+        ({"val_fraction": 0.9}, r"val_fraction=0.9 must be in \(0, 0.5\)"),
+    ],
+)
+def test_ft_transformer_options_are_checked(option, match):
+    with pytest.raises(InputError, match=match):
+        resolve_model("ft-transformer", **option)
+
+
 def test_options_that_do_not_apply_are_refused():
     with pytest.raises(InputError, match="do not apply"):
         resolve_model("tiny-roberta", max_epochs=3)
+    with pytest.raises(InputError, match=r"\['weights'\] do not apply"):
+        resolve_model("dinov2-small", weights="w.safetensors")

@@ -24,6 +24,7 @@ from sweep.cluster import ClusterConfig, open_client
 from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
+from workers.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -42,11 +43,8 @@ def slurm_unavailable() -> str | None:
 
 
 SKIP_REASON = slurm_unavailable()
-pytestmark = [
-    pytest.mark.slurm,
-    pytest.mark.timeout(300),
-    pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or ""),
-]
+needs_slurm = pytest.mark.skipif(SKIP_REASON is not None, reason=SKIP_REASON or "")
+pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
 
 def slurm_config(tmp_path: Path) -> ClusterConfig:
@@ -72,6 +70,19 @@ def slurm_config(tmp_path: Path) -> ClusterConfig:
     })
 
 
+@needs_slurm
+def test_a_job_slurm_would_refuse_is_a_one_line_error_before_submitting(tmp_path):
+    raw = slurm_config(tmp_path).model_dump()
+    raw["slurm"]["cpu"]["queue"] = "no-such-partition"
+    with pytest.raises(InputError) as caught:
+        with open_client(ClusterConfig.model_validate(raw), out=io.StringIO()):
+            pass
+    message = str(caught.value)
+    assert message.startswith("slurm.cpu: SLURM refuses this pool's job (")
+    assert "partition" in message and "\n" not in message
+    assert our_jobs() == []
+
+
 def square_slowly(i: int) -> tuple[int, int, str, str]:
     """i, i², the worker's name and its SLURM job id."""
     time.sleep(0.4)
@@ -89,6 +100,7 @@ def our_jobs(pools: tuple[str, ...] = ("gpu", "cpu"), state: str | None = None) 
     return out.split()
 
 
+@needs_slurm
 def test_pools_run_as_slurm_jobs_and_survive_a_preemption(tmp_path):
     assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
     with open_client(slurm_config(tmp_path), out=io.StringIO()) as client:
@@ -126,8 +138,8 @@ shard_size: 2
 retries: 2
 cache_dir: cache
 datasets:
-  photos: {source: 'sklearn:sample_images', limit: 8}
-  topics: {source: 'pydoc:topics', limit: 8}
+  photos: {source: 'sklearn:sample_images', limit: 6}
+  topics: {source: 'pydoc:topics', limit: 6}
 models:
   vit: {source: tiny-deit-distilled, dataset: photos}
   rob: {source: tiny-roberta, dataset: topics, batch_size: 2}
@@ -175,6 +187,7 @@ class Preempter(threading.Thread):
             time.sleep(0.05)
 
 
+@needs_slurm
 def test_a_sweep_through_slurm_survives_preemptions_with_identical_results(tmp_path):
     assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
     reference = sweep_config(tmp_path / "in-process")

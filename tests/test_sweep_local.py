@@ -29,9 +29,10 @@ MODELS = {
 }
 
 
-def write_config(folder: Path, models=("vit", "ft"), extra: str = "") -> Path:
+def write_config(folder: Path, models=("vit", "ft"), extra: str = "",
+                 cache: Path | str = "cache") -> Path:
     lines = [
-        "store: sweep.zarr", "shard_size: 4", "retries: 2", "cache_dir: cache", extra,
+        "store: sweep.zarr", "shard_size: 4", "retries: 2", f"cache_dir: {cache}", extra,
         "datasets:",
         "  photos: {source: 'sklearn:sample_images', limit: 6}",
         "  wine: {source: 'sklearn:wine', limit: 9}",
@@ -74,9 +75,10 @@ def client():
 def swept(tmp_path_factory, client):
     """The same config swept on Dask and in-process, into two stores."""
     out = {}
+    cache = tmp_path_factory.mktemp("checkpoints")  # FT-Transformer trains once for both
     for name, executor in (("dask", DaskExecutor(client)), ("local", InProcessExecutor())):
         folder = tmp_path_factory.mktemp(name)
-        config = load_config(write_config(folder))
+        config = load_config(write_config(folder, cache=cache))
         summary = run_sweep(config, executor, progress=False)
         assert summary.exit_code == 0 and not summary.failed and not summary.skipped
         out[name] = config.store
@@ -205,11 +207,12 @@ def test_second_concurrent_run_is_refused(tmp_path, capsys):
 
 def test_config_change_is_refused_naming_the_key(swept, capsys):
     folder = swept["local"].parent
-    path = write_config(folder, extra="tol: 1.0e-9")
+    cache = load_config(folder / "sweep.yaml").checkpoint_dir
+    path = write_config(folder, extra="tol: 1.0e-9", cache=cache)
     assert main(["run", str(path), "--in-process"]) == 2
     err = capsys.readouterr().err
     assert "models.vit.tol: 1e-12 -> 1e-09" in err and "different config" in err
-    write_config(folder)  # restore for other tests
+    write_config(folder, cache=cache)  # restore for other tests
 
 
 def test_adding_a_model_extends_without_recomputing_the_others(tmp_path):

@@ -48,9 +48,9 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
     if arr.dtype.kind not in "biuf":
         raise NotStochasticError(f"{name} has dtype {arr.dtype}: need real numbers (float32/64)")
     batched = arr.ndim == 3
-    if arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or arr.shape[-1] == 0:
+    if arr.ndim not in (2, 3) or arr.shape[-1] != arr.shape[-2] or 0 in arr.shape:
         raise NotStochasticError(
-            f"{name} has shape {arr.shape}: need a square (n, n) or batch (b, n, n), n >= 1"
+            f"{name} has shape {arr.shape}: need a square (n, n) or batch (b, n, n), b, n >= 1"
         )
     x = np.array(arr, dtype=np.float64, ndmin=3, order="C")  # (batch, row, column)
     bad = ~np.isfinite(x)
@@ -127,17 +127,25 @@ def _special_mask(special: np.ndarray | None, b: int, n: int) -> tuple[np.ndarra
     return np.ascontiguousarray(np.broadcast_to(mask, (b, n))), True
 
 
-def _screen_torch(a: np.ndarray, device: str) -> np.ndarray:
-    """Screened kappa_ij = torch.cdist(float32 rows, p=1)/2 on `device`; (b, n, n) float32."""
+def _check_torch(
+    a: np.ndarray, tol: float, mask: np.ndarray, has_special: bool, device: str
+) -> tuple[np.ndarray, np.ndarray]:
+    """`kernel.check_screened` on kappa_ij screened as torch.cdist(float32 rows, p=1)/2 on
+    `device`, in groups of about 256 MiB of float32 each."""
     import torch
 
     n = a.shape[1]
-    group = max(1, (1 << 28) // (4 * n * n))  # about 256 MiB of float32 per group on the device
-    out = np.empty(a.shape, dtype=np.float32)  # (batch, row i, row j)
+    group = max(1, (1 << 28) // (4 * n * n))
+    parts = []
     for start in range(0, a.shape[0], group):
         x = torch.from_numpy(a[start : start + group]).to(device=device, dtype=torch.float32)
-        out[start : start + group] = (0.5 * torch.cdist(x, x, p=1)).cpu().numpy()
-    return out
+        screened = (0.5 * torch.cdist(x, x, p=1)).cpu().numpy()  # (batch, row i, row j)
+        parts.append(
+            kernel.check_screened(
+                a[start : start + group], screened, tol, mask[start : start + group], has_special
+            )
+        )
+    return np.concatenate([f for f, _ in parts]), np.concatenate([i for _, i in parts])
 
 
 def check(
@@ -163,15 +171,13 @@ def check(
     b, n = x.shape[0], x.shape[1]
     mask, has_special = _special_mask(special, b, n)
     if device is not None:
-        out_f, out_i = kernel.check_screened(
-            x, _screen_torch(x, device), float(tol), mask, has_special
-        )
+        out_f, out_i = _check_torch(x, float(tol), mask, has_special, device)
     else:
-        tiles = kernel.tile_order(n)
-        over = b >= MATRICES_PER_THREAD * numba.get_num_threads()
+        threads = numba.get_num_threads()
+        over = b >= MATRICES_PER_THREAD * threads
         run = kernel.check_over_matrices if over else kernel.check_within_matrices
         with _KERNEL_LOCK:
-            out_f, out_i = run(x, float(tol), mask, has_special, tiles)
+            out_f, out_i = run(x, float(tol), mask, has_special, kernel.tile_order(n), threads)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
     bound = 0.5 * (1.0 + kappa)
     margin = bound - kappa_factor

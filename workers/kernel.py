@@ -42,15 +42,22 @@ def _tile_order(rows: int) -> np.ndarray:
     return np.array(tiles, dtype=np.int64).reshape(-1, 2)
 
 
+def screen_buffers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Reusable (x, out) for one n: the float32 copy (zero padding rows) and the screen output.
+
+    Reusing them matters: every fresh multi-MiB array costs page faults that rival the screen.
+    """
+    rows = padded_rows(n)
+    return np.zeros((rows, n), dtype=np.float32), np.empty((rows, rows), dtype=np.float32)
+
+
 @njit(cache=True)
-def to_float32_padded(a: np.ndarray) -> np.ndarray:
-    """float32 copy of a (n, n) float64 matrix with zero rows appended up to a whole tile."""
+def fill_float32(a: np.ndarray, x: np.ndarray) -> None:
+    """x[:n] = float32(a) (round to nearest) for an (n, n) a; x's padding rows stay zero."""
     n = a.shape[0]
-    x = np.zeros((-(-n // TILE) * TILE, n), dtype=np.float32)  # (padded row, column)
     for i in range(n):
         for k in range(n):
             x[i, k] = np.float32(a[i, k])
-    return x
 
 
 @njit(fastmath=True, cache=True)
@@ -101,21 +108,17 @@ def _screen_tile(x: np.ndarray, i0: int, j0: int, out: np.ndarray) -> None:
 
 
 @njit(cache=True)
-def screen_serial(x: np.ndarray, tiles: np.ndarray) -> np.ndarray:
-    """Screened kappa_ij for i < j (upper triangle of a (padded, padded) float32 array)."""
-    out = np.zeros((x.shape[0], x.shape[0]), dtype=np.float32)  # (row i, row j)
+def screen_serial(x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
+    """out[i, j] = screened kappa_ij for every i < j (upper triangle; (padded, padded) float32)."""
     for t in range(tiles.shape[0]):
         _screen_tile(x, tiles[t, 0], tiles[t, 1], out)
-    return out
 
 
 @njit(parallel=True, cache=True)
-def screen_parallel(x: np.ndarray, tiles: np.ndarray) -> np.ndarray:
+def screen_parallel(x: np.ndarray, tiles: np.ndarray, out: np.ndarray) -> None:
     """`screen_serial` with the tiles spread over the numba threads."""
-    out = np.zeros((x.shape[0], x.shape[0]), dtype=np.float32)  # (row i, row j)
     for t in prange(tiles.shape[0]):
         _screen_tile(x, tiles[t, 0], tiles[t, 1], out)
-    return out
 
 
 @njit(cache=True)
@@ -167,25 +170,25 @@ def tv_pairs(x: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray) -> np.ndarra
 
 
 @njit(cache=True)
-def lazy_factor(a: np.ndarray) -> np.ndarray:
-    """M = 0.5 * (I + A), entry for entry as numpy computes 0.5 * (np.eye(n) + a)."""
-    m = 0.5 * a
-    for i in range(a.shape[0]):
-        m[i, i] = 0.5 * (1.0 + a[i, i])
-    return m
+def tv_factor_pairs(a: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray) -> np.ndarray:
+    """`tv_pairs` of M = 0.5 * (I + A), its entries computed as numpy computes
+    0.5 * (np.eye(n) + a): 0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it; (pairs,)."""
+    out = np.empty(rows_i.shape[0], dtype=np.float64)
+    for c in range(rows_i.shape[0]):
+        i, j = rows_i[c], rows_j[c]
+        s = 0.0
+        for k in range(a.shape[1]):
+            mi = 0.5 * (1.0 + a[i, k]) if k == i else 0.5 * a[i, k]
+            mj = 0.5 * (1.0 + a[j, k]) if k == j else 0.5 * a[j, k]
+            s += abs(mi - mj)
+        out[c] = 0.5 * s
+    return out
 
 
 @njit(cache=True)
-def self_dominance_gaps(a: np.ndarray) -> np.ndarray:
-    """s_ij = (A_ji - A_ii)+ + (A_ij - A_jj)+ for i < j (upper triangle; zero iff rows i and j are
-    mutually self-dominant); (n, n) float64, zero on and below the diagonal."""
-    n = a.shape[0]
-    at = a.T.copy()  # (column, row): a[j, i] read along rows
-    gaps = np.zeros((n, n), dtype=np.float64)
-    for i in range(n):
-        for j in range(i + 1, n):
-            gaps[i, j] = max(at[i, j] - a[i, i], 0.0) + max(a[i, j] - a[j, j], 0.0)
-    return gaps
+def self_dominance_gap(a: np.ndarray, i: int, j: int) -> float:
+    """s_ij = (A_ji - A_ii)+ + (A_ij - A_jj)+: zero iff rows i, j are mutually self-dominant."""
+    return max(a[j, i] - a[i, i], 0.0) + max(a[i, j] - a[j, j], 0.0)
 
 
 @njit(cache=True)
@@ -198,37 +201,47 @@ def verify(a, screened, err, tol, special, has_special):
     n = a.shape[0]
     if n < 2:
         return 0.0, 0.0, False, -1, -1, 0, False
-    # Pass 1: the screened maxima of kappa_ij(A) and of kappa_ij(M) = (1 + kappa_ij)/2 - s_ij/2.
-    gaps = self_dominance_gaps(a)  # (row i, row j)
-    kmax = -np.inf
-    mmax = -np.inf
+    # Pass 1: the screened maximum of kappa_ij(A).
+    kmax = np.float32(-np.inf)
     for i in range(n):
         for j in range(i + 1, n):
-            k_hat = np.float64(screened[i, j])
-            kmax = max(kmax, k_hat)
-            mmax = max(mmax, 0.5 * (1.0 + k_hat) - 0.5 * gaps[i, j])
-    # Pass 2: every pair that could attain either maximum (or lie within 2 tol of kappa) in exact
-    # arithmetic, recomputed in the oracle's order.
-    a_floor = kmax - (2.0 * tol * (1.0 + 1e-9) + 2.0 * err)
-    m_floor = mmax - 2.0 * err
+            kmax = max(kmax, screened[i, j])
+    # Pass 2: candidates, i.e. pairs that could attain (within 2 tol) kappa(A), or attain kappa(M)
+    # through its screened value m_ij = (1 + kappa_ij)/2 - s_ij/2, in exact arithmetic. m_best
+    # is the running maximum of m_ij; s_ij is needed only where (1 + kappa_ij)/2 can reach it.
+    a_floor = np.float64(kmax) - (2.0 * tol * (1.0 + 1e-9) + 2.0 * err)
     pairs = n * (n - 1) // 2
     a_i = np.empty(pairs, dtype=np.int32)  # candidates: a_ for kappa(A), m_ for kappa(M)
     a_j = np.empty(pairs, dtype=np.int32)
     m_i = np.empty(pairs, dtype=np.int32)
     m_j = np.empty(pairs, dtype=np.int32)
+    m_hat = np.empty(pairs, dtype=np.float64)
     n_a = n_m = 0
+    m_best = -np.inf
+    skip_below = -np.inf  # below both floors: kappa_ij < a_floor and (1 + kappa_ij)/2 < m floor
     for i in range(n):
         for j in range(i + 1, n):
             k_hat = np.float64(screened[i, j])
+            if k_hat < skip_below:
+                continue
             if k_hat >= a_floor:
                 a_i[n_a], a_j[n_a] = i, j
                 n_a += 1
-            if 0.5 * (1.0 + k_hat) - 0.5 * gaps[i, j] >= m_floor:
-                m_i[n_m], m_j[n_m] = i, j
-                n_m += 1
+            if 0.5 * (1.0 + k_hat) >= m_best - 2.0 * err:
+                m = 0.5 * (1.0 + k_hat) - 0.5 * self_dominance_gap(a, i, j)
+                if m >= m_best - 2.0 * err:
+                    m_i[n_m], m_j[n_m], m_hat[n_m] = i, j, m
+                    n_m += 1
+                    m_best = max(m_best, m)
+                    skip_below = min(a_floor, 2.0 * (m_best - 2.0 * err) - 1.0) - 1e-15
+    kept = 0
+    for c in range(n_m):  # the running maximum only grew: drop what fell out of its window
+        if m_hat[c] >= m_best - 2.0 * err:
+            m_i[kept], m_j[kept] = m_i[c], m_j[c]
+            kept += 1
+    kappa_factor = tv_factor_pairs(a, m_i[:kept], m_j[:kept]).max()
     a_tv = tv_pairs(a, a_i[:n_a], a_j[:n_a])
     kappa = a_tv.max()
-    kappa_factor = tv_pairs(lazy_factor(a), m_i[:n_m], m_j[:n_m]).max()
     # The characterisation: combined slack c_ij = (kappa - kappa_ij)/2 + s_ij/2 <= tol.
     attaining = 0
     all_special = True
@@ -240,7 +253,7 @@ def verify(a, screened, err, tol, special, has_special):
         if kappa - a_tv[c] <= tol:
             attaining += 1
             all_special = all_special and (special[i] or special[j])
-        slack = 0.5 * (kappa - a_tv[c]) + 0.5 * gaps[i, j]
+        slack = 0.5 * (kappa - a_tv[c]) + 0.5 * self_dominance_gap(a, i, j)
         if slack <= tol and slack < best:
             best, pair_i, pair_j = slack, i, j
     attaining_special = has_special and attaining > 0 and all_special
@@ -261,30 +274,37 @@ def _store(out_f, out_i, m, verdict):
 
 
 @njit(parallel=True, cache=True)
-def check_over_matrices(a, tol, special, has_special, tiles):
-    """Screen + verify each (n, n) matrix of a (b, n, n) batch, matrices spread over threads.
+def check_over_matrices(a, tol, special, has_special, tiles, threads):
+    """Screen + verify each (n, n) matrix of a (b, n, n) batch, matrices spread over `threads`.
 
     Returns floats (b, 2): kappa, kappa_factor; ints (b, 5): holds_by_characterisation, pair_i,
     pair_j, attaining_pairs, attaining_special.
     """
-    b = a.shape[0]
+    b, n = a.shape[0], a.shape[1]
+    rows = -(-n // TILE) * TILE
     out_f = np.empty((b, 2), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
-    for m in prange(b):
-        am = a[m]
-        screened = screen_serial(to_float32_padded(am), tiles)
-        verdict = verify(am, screened, screen_error(am), tol, special[m], has_special)
-        _store(out_f, out_i, m, verdict)
+    for t in prange(threads):  # thread t takes matrices t, t + threads, ... with its own buffers
+        x = np.zeros((rows, n), dtype=np.float32)  # (padded row, column)
+        screened = np.empty((rows, rows), dtype=np.float32)  # (row i, row j)
+        for m in range(t, b, threads):
+            fill_float32(a[m], x)
+            screen_serial(x, tiles, screened)
+            verdict = verify(a[m], screened, screen_error(a[m]), tol, special[m], has_special)
+            _store(out_f, out_i, m, verdict)
     return out_f, out_i
 
 
-def check_within_matrices(a, tol, special, has_special, tiles):
-    """As `check_over_matrices`, one matrix at a time, the screen's tiles spread over threads."""
+def check_within_matrices(a, tol, special, has_special, tiles, threads):
+    """As `check_over_matrices`, one matrix at a time, the screen's tiles spread over threads
+    (as many as numba has: `threads` is for a uniform signature)."""
     b = a.shape[0]
     out_f = np.empty((b, 2), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
+    x, screened = screen_buffers(a.shape[1])
     for m in range(b):
-        screened = screen_parallel(to_float32_padded(a[m]), tiles)
+        fill_float32(a[m], x)
+        screen_parallel(x, tiles, screened)
         verdict = verify(a[m], screened, screen_error(a[m]), tol, special[m], has_special)
         _store(out_f, out_i, m, verdict)
     return out_f, out_i

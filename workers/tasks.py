@@ -8,6 +8,7 @@ specs' JSON), so a worker loads each model once and no task closes over weights.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,8 +27,9 @@ from workers.token_kinds import TokenKind, keep_mask, special_mask
 if TYPE_CHECKING:
     from sweep.plan import BaselineTask, ExtractTask, TestTask
 
+MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
 _DATASETS: dict[str, Dataset] = {}
-_EXTRACTORS: dict[str, tuple[Extractor, threading.Lock]] = {}
+_EXTRACTORS: OrderedDict[str, tuple[Extractor, threading.Lock]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
@@ -48,9 +50,12 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
     dataset = cached_dataset(task.dataset)
     with _CACHE_LOCK:
         if key not in _EXTRACTORS:
+            while len(_EXTRACTORS) >= MAX_CACHED_MODELS:
+                _EXTRACTORS.popitem(last=False)
             extractor = load_extractor(task.spec, dataset=dataset, cache_dir=task.cache_dir,
                                        device=task.device, dtype=task.dtype)
             _EXTRACTORS[key] = (extractor, threading.Lock())
+        _EXTRACTORS.move_to_end(key)
         return _EXTRACTORS[key]
 
 

@@ -38,7 +38,7 @@ class LocalConfig(_Spec):
     threads: int = Field(1, ge=1, description="threads per machine-sized worker")
     memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; auto shares the RAM")
     gpus: Gpus = Field(
-        "auto", description="CUDA devices given one GPU worker each; auto: all torch sees"
+        "auto", description="auto (every CUDA device torch sees) or a list of indices: [0, 1]"
     )
     pools: dict[str, LocalPool] | None = Field(
         None, description="explicit pools replacing the machine-sized default"
@@ -124,9 +124,21 @@ class ClusterConfig(_Spec):
     kubernetes: KubernetesConfig | None = None
 
     @model_validator(mode="after")
-    def _selected_block_present(self) -> ClusterConfig:
-        if getattr(self, self.kind) is None:
-            raise ValueError(f"kind is {self.kind!r} but there is no {self.kind}: block")
+    def _selected_block_runs_every_task(self) -> ClusterConfig:
+        block = getattr(self, self.kind)
+        if block is None:
+            raise ValueError(
+                f"kind is {self.kind!r} but there is no {self.kind}: block; add one or change kind"
+            )
+        if self.kind == "slurm":
+            pools = {n: (p.jobs, slurm_resources(n, p)) for n, p in _two(block)}
+        elif self.kind == "kubernetes":
+            pools = {n: (p.workers, kubernetes_resources(n, p)) for n, p in _two(block)}
+        elif self.kind == "local" and block.pools is not None:
+            pools = {n: (p.workers, p.resources) for n, p in block.pools.items()}
+        else:
+            return self
+        check_pools_cover_tasks(pools, self.kind)
         return self
 
 
@@ -145,10 +157,10 @@ def kubernetes_resources(pool_name: str, pool: KubernetesPool) -> dict[str, floa
 
 
 def check_pools_cover_tasks(pools: dict[str, tuple[int, dict[str, float]]], where: str) -> None:
-    """Raise InputError unless some worker carries GPU and some carries CPU (else tasks hang)."""
+    """Raise ValueError unless some worker carries GPU and some carries CPU (else tasks hang)."""
     for tag in TASK_RESOURCES:
         if not any(count > 0 and res.get(tag, 0) > 0 for count, res in pools.values()):
-            raise InputError(
+            raise ValueError(
                 f"{where}: no worker carries the {tag} resource, so tasks tagged {tag} would "
                 f"never run; give a pool with workers > 0 the resource {{{tag}: 1}}"
             )
@@ -177,21 +189,7 @@ def load_cluster_config(path: str | Path | None) -> ClusterConfig:
         cfg = ClusterConfig.model_validate(raw)
     except ValidationError as error:
         raise InputError(_one_line(error, path, text)) from None
-    _check_selected(cfg, path)
     return cfg
-
-
-def _check_selected(cfg: ClusterConfig, path: Path) -> None:
-    block = getattr(cfg, cfg.kind)
-    if cfg.kind == "slurm":
-        pools = {n: (p.jobs, slurm_resources(n, p)) for n, p in _two(block)}
-    elif cfg.kind == "kubernetes":
-        pools = {n: (p.workers, kubernetes_resources(n, p)) for n, p in _two(block)}
-    elif cfg.kind == "local" and block.pools is not None:
-        pools = {n: (p.workers, p.resources) for n, p in block.pools.items()}
-    else:
-        return
-    check_pools_cover_tasks(pools, f"{path}: {cfg.kind}")
 
 
 def _two(block: SlurmConfig | KubernetesConfig) -> list[tuple[str, Any]]:
@@ -201,11 +199,16 @@ def _two(block: SlurmConfig | KubernetesConfig) -> list[tuple[str, Any]]:
 def _one_line(error: ValidationError, path: Path, text: str) -> str:
     """The first validation error as: file line N: key.path: problem (got value); valid keys."""
     first = error.errors()[0]
-    loc = tuple(first["loc"])
-    key = ".".join(str(part) for part in loc) or "(top level)"
+    # drop union-member tags such as "literal['auto']" or "tuple[int, ...]" from the key path
+    loc = tuple(p for p in first["loc"] if not (isinstance(p, str) and "[" in p))
     line = _line_of(text, loc)
     where = f"{path} line {line}" if line else str(path)
     message = first["msg"].removeprefix("Value error, ")
+    if not loc:
+        return f"{where}: {message}"
+    key = ".".join(str(part) for part in loc)
+    described = _description(loc)
+    hint = f"; expected: {described}" if described else ""
     if first["type"] == "extra_forbidden":
         valid = _valid_keys(loc[:-1])
         hint = f"; valid keys here: {', '.join(valid)}" if valid else ""
@@ -214,7 +217,7 @@ def _one_line(error: ValidationError, path: Path, text: str) -> str:
         return f"{where}: {key}: required key is missing; add it"
     got = first.get("input")
     shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-    return f"{where}: {key}: {message}{shown}"
+    return f"{where}: {key}: {message}{shown}{hint}"
 
 
 def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
@@ -232,20 +235,33 @@ def _line_of(text: str, loc: tuple[Any, ...]) -> int | None:
     return line
 
 
-def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
-    """Field names of the spec model found by following `loc` from ClusterConfig."""
+def _walk(loc: tuple[Any, ...]) -> tuple[type[_Spec] | None, Any]:
+    """Follow `loc` from ClusterConfig: (the spec model reached, the last field's info)."""
     model: Any = ClusterConfig
+    field = None
     parts = list(loc)
     while parts:
+        if model is None:
+            return None, None
         field = model.model_fields.get(str(parts.pop(0)))
         if field is None:
-            return []
+            return None, None
         model, keyed = _spec_class(field.annotation)
-        if model is None:
-            return []
         if keyed and parts:
             parts.pop(0)  # the user's own name, e.g. a pool name under local.pools
-    return sorted(model.model_fields)
+    return model, field
+
+
+def _valid_keys(loc: tuple[Any, ...]) -> list[str]:
+    """Field names of the spec model found by following `loc` from ClusterConfig."""
+    model, _ = _walk(loc)
+    return sorted(model.model_fields) if model is not None else []
+
+
+def _description(loc: tuple[Any, ...]) -> str | None:
+    """The documented meaning of the field at `loc`, if it has one."""
+    _, field = _walk(loc)
+    return field.description if field is not None else None
 
 
 def _spec_class(annotation: Any) -> tuple[type[_Spec] | None, bool]:

@@ -9,6 +9,9 @@ the CPU pool, and `scale(jobs=total)` submits them. SpecCluster starts heterogen
 given, and a scale to the current total trims nothing. Each worker's `--resources` are its
 pool's, so the scheduler sends GPU-tagged tasks to GPU jobs and CPU-tagged tasks to CPU jobs.
 
+Before submitting, `sbatch --test-only` checks each pool's script, so a wrong partition, account
+or gres is a one-line error instead of a sweep that waits forever for workers.
+
 Pre-emption: a cancelled job (scancel, walltime, pre-emption) takes its worker away; the
 scheduler reschedules that worker's tasks (`allowed_failures` bounds how many deaths one task
 survives). After `lost_job_timeout` SpecCluster forgets the worker but keeps its spec, so a
@@ -18,7 +21,10 @@ periodic `scale(jobs=total)` (`replace_lost_jobs`) resubmits the job.
 from __future__ import annotations
 
 import shutil
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from dask.utils import parse_timedelta
@@ -64,6 +70,27 @@ def job_scripts(slurm: SlurmConfig, scheduler: str = "tcp://<scheduler>:8786") -
     }
 
 
+def check_job_scripts(slurm: SlurmConfig) -> None:
+    """Ask SLURM (`sbatch --test-only`) whether each pool's job would be accepted; a refusal is
+    an InputError naming the pool and SLURM's reason, before anything is submitted."""
+    with tempfile.TemporaryDirectory() as folder:
+        for name, script in job_scripts(slurm).items():
+            path = Path(folder) / f"{name}.sh"
+            path.write_text(script)
+            test = subprocess.run(
+                ["sbatch", "--test-only", str(path)], capture_output=True, text=True, timeout=60
+            )
+            if test.returncode != 0:
+                reason = next(
+                    (line for line in test.stderr.splitlines() if "error" in line.lower()),
+                    test.stderr.strip() or f"exit code {test.returncode}",
+                )
+                raise InputError(
+                    f"slurm.{name}: SLURM refuses this pool's job ({reason.strip()}); fix "
+                    f"slurm.{name} (queue, account, cores, memory, walltime, job_extra_directives)"
+                )
+
+
 def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
     """Start the scheduler here and submit every pool's worker jobs; the caller closes it."""
     slurm = cfg.slurm
@@ -74,6 +101,7 @@ def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
             "kind: slurm, but sbatch is not on PATH; run on a SLURM login node "
             "(or .ci/slurm-up.sh here), or choose another kind in the cluster file"
         )
+    check_job_scripts(slurm)
     scheduler_options: dict[str, Any] = {"dashboard_address": cfg.dashboard_address}
     if slurm.scheduler_host is not None:
         scheduler_options["host"] = slurm.scheduler_host

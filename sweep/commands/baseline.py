@@ -50,7 +50,8 @@ def run(args: argparse.Namespace) -> int:
     with tqdm(total=total, unit="trial", delay=2.0, desc="baseline") as bar:
         records = run_baseline(sizes, args.trials, args.seed, progress=bar.update)
     if args.format == "json":
-        print("\n".join(json.dumps(record) for record in records))
+        for record in records:
+            print(json.dumps(record))
     else:
         print(f"{'n':>5} {'trials':>8} {'holding':>8} {'rate':>7} {'95% CI':>17}")
         for r in records:

@@ -68,7 +68,8 @@ def run(args: argparse.Namespace) -> int:
     except InputError as error:
         raise InputError(f"{args.file}: {error}") from error
     if args.format == "json":
-        print("\n".join(json.dumps(record) for record in result.records()))
+        for record in result.records():
+            print(json.dumps(record))
     else:
         print(text_table(result))
     if result.disagreements:

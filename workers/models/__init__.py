@@ -149,7 +149,7 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
         spec = PRESETS[source]
         if spec.family == "ft-transformer":
             return _ft_spec(spec, options, seed)
-        weights = options.pop("weights", None)
+        weights = options.pop("weights", None) if spec.family == "timm" else None
         _reject_options(source, options)
         return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None)
     if source.startswith("hf:") and len(source) > 3:
@@ -183,7 +183,15 @@ def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
         raise InputError(
             f"model {spec.name!r}: unknown option(s) {unknown}; valid: {sorted(FT_DEFAULTS)}"
         )
-    return replace(spec, config=_cfg(**{**FT_DEFAULTS, **spec.options, **options}), seed=seed)
+    config = {**FT_DEFAULTS, **spec.options, **options}
+    for key, value in config.items():
+        fraction = key.endswith("_fraction")
+        valid = 0 < value < 0.5 if fraction else isinstance(value, int) and value >= 1
+        if not valid or (key == "n_blocks" and value > 6):
+            rule = "in (0, 0.5)" if fraction else "an integer >= 1"
+            rule += " and <= 6" if key == "n_blocks" else ""
+            raise InputError(f"model {spec.name!r}: option {key}={value!r} must be {rule}")
+    return replace(spec, config=_cfg(**config), seed=seed)
 
 
 def _reject_options(source: str, options: dict[str, Any]) -> None:
