@@ -2,7 +2,8 @@
 
 Each command module exposes `register(subparsers)`, which adds its parser and sets `func`
 to a callable taking the parsed arguments and returning an exit code. Bad input surfaces as a
-`workers.errors.InputError` (or a missing file): one line on stderr, exit code 2.
+`workers.errors.InputError` (or a missing file): one line on stderr, exit code 2; a model that
+cannot deliver its attention (`ExtractionError`): one line, exit code 1.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import argparse
 import importlib
 import sys
 
-from workers.errors import InputError
+from workers.errors import ExtractionError, InputError
 
 COMMANDS = ("check", "baseline", "extract", "plan", "run", "status", "report")
 
@@ -41,6 +42,10 @@ def main(argv: list[str] | None = None) -> int:
         message = " ".join(str(error).split())
         print(f"sweep {args.command}: error: {message}", file=sys.stderr)
         return 2
+    except ExtractionError as error:
+        message = " ".join(str(error).split())
+        print(f"sweep {args.command}: extraction failed: {message}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print(f"sweep {args.command}: interrupted", file=sys.stderr)
         return 130

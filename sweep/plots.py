@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from storage.query import model_names, ok
 from sweep.report import Report
@@ -98,6 +99,8 @@ def baseline_figure(report: Report) -> Figure:
         ax.set_xscale("log")
         ax.set_xticks(n, [str(v) for v in n])
         ax.minorticks_off()
+    else:
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_xlabel("matrix size n (tokens)")
     ax.set_ylabel("share of matrices where bound is tight")
     ax.set_ylim(0, max([0.55, *(1.05 * done["ci_high"].dropna())]))

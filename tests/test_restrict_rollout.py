@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.equality import check, restrict, rollout
+from workers.equality import check, restrict, rollout, validate_stochastic
 from workers.errors import InputError, NotStochasticError
 
 
@@ -58,7 +58,7 @@ def test_restrict_validates_the_matrix():
 def test_rollout_matches_direct_products_and_the_exact_kappa():
     layers = stochastic(np.random.default_rng(2), 5, 9, 9)  # (layer, row, column)
     kappa_rollout, bound_product = rollout(layers)
-    x = layers / layers.sum(axis=2, keepdims=True)  # what validation does
+    x = validate_stochastic(layers)
     r = np.eye(9)
     expected_bounds = []
     for layer, a in enumerate(x):

@@ -32,8 +32,8 @@ _KERNEL_LOCK = threading.Lock()  # one parallel kernel at a time per process: nu
 # threading layer aborts on concurrent launches, and concurrent teams would oversubscribe cores
 
 
-def _where(index: tuple[int, ...], batched: bool, name: str) -> str:
-    """'matrix 3 row 17' (batched) or 'matrix row 17' for a (matrix, row, ...) index."""
+def _where(index: tuple[int, int], batched: bool, name: str) -> str:
+    """'matrix 3 row 17' (batched) or 'matrix row 17' for a (matrix, row) index."""
     head = f"{name} {index[0]}" if batched else name
     return f"{head} row {index[1]}"
 
@@ -53,28 +53,22 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
             f"{name} has shape {arr.shape}: need a square (n, n) or batch (b, n, n), b, n >= 1"
         )
     x = np.array(arr, dtype=np.float64, ndmin=3, order="C")  # (batch, row, column)
-    bad = ~np.isfinite(x)
-    if bad.any():
-        where = tuple(int(v) for v in np.argwhere(bad)[0])
+    code, m, i, k = kernel.normalise_rows(x, ROW_SUM_TOL)
+    where = _where((m, i), batched, name)
+    if code == 1:
         raise NotStochasticError(
-            f"{_where(where, batched, name)} column {where[2]} is {x[where]}: attention "
-            "probabilities must be finite"
+            f"{where} column {k} is {x[m, i, k]}: attention probabilities must be finite"
         )
-    if (x < 0).any():
-        where = tuple(int(v) for v in np.argwhere(x < 0)[0])
+    if code == 2:
         raise NotStochasticError(
-            f"{_where(where, batched, name)} column {where[2]} is negative ({x[where]:.6g}): "
-            "pass probabilities (after softmax), not logits"
+            f"{where} column {k} is negative ({x[m, i, k]:.6g}): pass probabilities (after "
+            "softmax), not logits"
         )
-    sums = x.sum(axis=2)  # (batch, row)
-    off = np.abs(sums - 1.0) > ROW_SUM_TOL
-    if off.any():
-        where = tuple(int(v) for v in np.argwhere(off)[0])
+    if code == 3:
         raise NotStochasticError(
-            f"{_where(where, batched, name)} sums to {sums[where]:.6g} (must be 1 within "
-            f"{ROW_SUM_TOL:g}): pass row-stochastic attention (softmax over keys)"
+            f"{where} sums to {x[m, i].sum():.6g} (must be 1 within {ROW_SUM_TOL:g}): pass "
+            "row-stochastic attention (softmax over keys)"
         )
-    x /= sums[:, :, None]
     return x
 
 

@@ -10,4 +10,4 @@ class NotStochasticError(InputError):
 
 
 class ExtractionError(RuntimeError):
-    """A model that cannot deliver one attention matrix per layer, or a capture that came back empty."""
+    """A model that cannot deliver one attention matrix per layer, or an empty capture."""

@@ -41,7 +41,7 @@ class Batch:
     """A prepared batch: what the model is called with, and each input's real tokens."""
 
     inputs: dict[str, torch.Tensor]
-    positions: list[torch.Tensor]  # per input: indices of its real tokens on the padded axis
+    positions: list[torch.Tensor]  # per input: its real tokens on the padded axis, ascending
     token_kinds: list[np.ndarray]  # per input: (real tokens,) int8
 
 
@@ -111,7 +111,11 @@ def assemble(
     out = []
     for b, input_id in enumerate(ids):
         keep = batch.positions[b].cpu()
-        attention = stacked[b][:, keep][:, :, keep].numpy()  # (layer, T, T)
+        n = len(keep)
+        if n and int(keep[-1]) == n - 1:  # sorted real positions 0..n-1: a slice, no gather
+            attention = stacked[b, :, :n, :n].numpy()  # (layer, T, T)
+        else:
+            attention = stacked[b][:, keep][:, :, keep].numpy()  # (layer, T, T)
         if attention.shape[-1] != len(batch.token_kinds[b]):
             raise ExtractionError(
                 f"model {model!r}, input {input_id!r}: attention over {attention.shape[-1]} tokens "

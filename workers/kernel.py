@@ -42,6 +42,44 @@ def _tile_order(rows: int) -> np.ndarray:
     return np.array(tiles, dtype=np.int64).reshape(-1, 2)
 
 
+@njit(cache=True)
+def normalise_rows(x: np.ndarray, row_sum_tol: float) -> tuple[int, int, int, int]:
+    """Renormalise the rows of a (b, n, n) float64 batch in place, or find the first bad entry.
+
+    Returns (0, -1, -1, -1) when every entry is finite and >= 0 and every row sums to 1 within
+    row_sum_tol (rows then divided by their float64 sum); else (code, matrix, row, column) of
+    the first offender in C order: code 1 non-finite, 2 negative (both take precedence over)
+    3 row sum (column -1). Nothing is modified unless the whole batch is valid.
+    """
+    b, n = x.shape[0], x.shape[1]
+    bad_sum = (-1, -1)
+    negative = (-1, -1, -1)
+    for m in range(b):
+        for i in range(n):
+            s = 0.0
+            for k in range(n):
+                v = x[m, i, k]
+                if not np.isfinite(v):
+                    return 1, m, i, k
+                if v < 0.0 and negative[0] < 0:
+                    negative = (m, i, k)
+                s += v
+            if abs(s - 1.0) > row_sum_tol and bad_sum[0] < 0:
+                bad_sum = (m, i)
+    if negative[0] >= 0:
+        return 2, negative[0], negative[1], negative[2]
+    if bad_sum[0] >= 0:
+        return 3, bad_sum[0], bad_sum[1], -1
+    for m in range(b):
+        for i in range(n):
+            s = 0.0
+            for k in range(n):
+                s += x[m, i, k]
+            for k in range(n):
+                x[m, i, k] /= s
+    return 0, -1, -1, -1
+
+
 def screen_buffers(n: int) -> tuple[np.ndarray, np.ndarray]:
     """Reusable (x, out) for one n: the float32 copy (zero padding rows) and the screen output.
 
@@ -170,6 +208,15 @@ def tv_pairs(x: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray) -> np.ndarra
 
 
 @njit(cache=True)
+def lazy_factor(a: np.ndarray) -> np.ndarray:
+    """M = 0.5 * (I + A), entry for entry as numpy computes 0.5 * (np.eye(n) + a)."""
+    m = 0.5 * a
+    for i in range(a.shape[0]):
+        m[i, i] = 0.5 * (1.0 + a[i, i])
+    return m
+
+
+@njit(cache=True)
 def tv_factor_pairs(a: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray) -> np.ndarray:
     """`tv_pairs` of M = 0.5 * (I + A), its entries computed as numpy computes
     0.5 * (np.eye(n) + a): 0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it; (pairs,)."""
@@ -239,7 +286,10 @@ def verify(a, screened, err, tol, special, has_special):
         if m_hat[c] >= m_best - 2.0 * err:
             m_i[kept], m_j[kept] = m_i[c], m_j[c]
             kept += 1
-    kappa_factor = tv_factor_pairs(a, m_i[:kept], m_j[:kept]).max()
+    if kept > 4 * n:  # many ties: build M once, run four pairs side by side
+        kappa_factor = tv_pairs(lazy_factor(a), m_i[:kept], m_j[:kept]).max()
+    else:
+        kappa_factor = tv_factor_pairs(a, m_i[:kept], m_j[:kept]).max()
     a_tv = tv_pairs(a, a_i[:n_a], a_j[:n_a])
     kappa = a_tv.max()
     # The characterisation: combined slack c_ij = (kappa - kappa_ij)/2 + s_ij/2 <= tol.
@@ -261,8 +311,10 @@ def verify(a, screened, err, tol, special, has_special):
 
 
 @njit(cache=True)
-def _store(out_f, out_i, m, verdict):
-    """Write one matrix's `verify` verdict into row m of the float / int output arrays."""
+def finish(a, screened, tol, special, has_special, out_f, out_i, m):
+    """Verify matrix m from its screen; row m of out_f (b, 2): kappa, kappa_factor; of out_i
+    (b, 5): holds_by_characterisation, pair_i, pair_j, attaining_pairs, attaining_special."""
+    verdict = verify(a, screened, screen_error(a), tol, special, has_special)
     kappa, kappa_factor, holds_char, pair_i, pair_j, attaining, att_special = verdict
     out_f[m, 0] = kappa
     out_f[m, 1] = kappa_factor
@@ -277,8 +329,7 @@ def _store(out_f, out_i, m, verdict):
 def check_over_matrices(a, tol, special, has_special, tiles, threads):
     """Screen + verify each (n, n) matrix of a (b, n, n) batch, matrices spread over `threads`.
 
-    Returns floats (b, 2): kappa, kappa_factor; ints (b, 5): holds_by_characterisation, pair_i,
-    pair_j, attaining_pairs, attaining_special.
+    Returns `finish`'s out_f (b, 2) and out_i (b, 5).
     """
     b, n = a.shape[0], a.shape[1]
     rows = -(-n // TILE) * TILE
@@ -290,8 +341,7 @@ def check_over_matrices(a, tol, special, has_special, tiles, threads):
         for m in range(t, b, threads):
             fill_float32(a[m], x)
             screen_serial(x, tiles, screened)
-            verdict = verify(a[m], screened, screen_error(a[m]), tol, special[m], has_special)
-            _store(out_f, out_i, m, verdict)
+            finish(a[m], screened, tol, special[m], has_special, out_f, out_i, m)
     return out_f, out_i
 
 
@@ -305,8 +355,7 @@ def check_within_matrices(a, tol, special, has_special, tiles, threads):
     for m in range(b):
         fill_float32(a[m], x)
         screen_parallel(x, tiles, screened)
-        verdict = verify(a[m], screened, screen_error(a[m]), tol, special[m], has_special)
-        _store(out_f, out_i, m, verdict)
+        finish(a[m], screened, tol, special[m], has_special, out_f, out_i, m)
     return out_f, out_i
 
 
@@ -316,6 +365,5 @@ def check_screened(a, screened, tol, special, has_special):
     out_f = np.empty((b, 2), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
     for m in range(b):
-        verdict = verify(a[m], screened[m], screen_error(a[m]), tol, special[m], has_special)
-        _store(out_f, out_i, m, verdict)
+        finish(a[m], screened[m], tol, special[m], has_special, out_f, out_i, m)
     return out_f, out_i

