@@ -72,8 +72,14 @@ RESULT_VARS: dict[str, Var] = {
     "holds_by_characterisation": Var(
         RESULT_DIMS, "bool", False, "an attaining pair is mutually self-dominant (the theorem)"
     ),
-    "pair_i": Var(RESULT_DIMS, "int32", -1, "first token of the returned pair (-1: none)"),
-    "pair_j": Var(RESULT_DIMS, "int32", -1, "second token of the returned pair (-1: none)"),
+    "pair_i": Var(
+        RESULT_DIMS, "int32", -1, "first token of the returned pair, on the input's token axis "
+        "(-1: none)",
+    ),
+    "pair_j": Var(
+        RESULT_DIMS, "int32", -1, "second token of the returned pair, on the input's token axis "
+        "(-1: none)",
+    ),
     "attaining_pairs": Var(RESULT_DIMS, "int64", -1, "pairs attaining kappa within tol"),
     "attaining_special": Var(
         RESULT_DIMS, "bool", False, "every attaining pair involves a special token"

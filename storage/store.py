@@ -23,6 +23,7 @@ from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import (
     BASELINE_GROUP,
     BASELINE_VARS,
+    BOOKKEEPING_DIR,
     FORMAT,
     MODEL_VARS,
     RESULT_VARS,
@@ -65,6 +66,10 @@ def open_root(store: str | Path, mode: str = "r") -> zarr.Group:
 
 def create_root(store: str | Path) -> zarr.Group:
     """Open the store's root, creating it (format, library versions) when it does not exist."""
+    path = Path(store)
+    if path.is_dir() and not (path / "zarr.json").exists() and any(
+            p.name != BOOKKEEPING_DIR for p in path.iterdir()):
+        raise InputError(f"{store}: a folder that is not a sweep store; choose another store path")
     root = zarr.open_group(str(store), mode="a", zarr_format=3)
     if "format" not in root.attrs:
         root.attrs.update({"format": FORMAT, "versions": library_versions()})

@@ -122,6 +122,13 @@ def test_baseline_group_and_cell_writes(tmp_path):
                         tol=1e-12)
 
 
+def test_a_folder_holding_other_files_is_never_turned_into_a_store(tmp_path):
+    (tmp_path / "data.csv").write_text("a,b\n")
+    with pytest.raises(InputError, match="not a sweep store"):
+        create_root(tmp_path)
+    assert not (tmp_path / "zarr.json").exists()
+
+
 def test_not_a_store_is_a_one_line_input_error(tmp_path):
     with pytest.raises(InputError, match="not a sweep store"):
         open_root(tmp_path / "nothing")

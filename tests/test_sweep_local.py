@@ -231,3 +231,29 @@ def test_adding_a_model_extends_without_recomputing_the_others(tmp_path):
     assert_same_arrays(before, {k: v for k, v in after.items() if not k.startswith("rob/")})
     root = zarr.open_group(str(config.store), mode="r")
     assert root.attrs["models"] == ["vit", "rob"]
+
+
+def test_status_and_plan_commands_on_a_finished_store(swept, capsys):
+    assert main(["status", str(swept["dask"])]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split() == ["scope", "stage", "done", "pending", "failed", "total"]
+    assert "vit extract 2 0 0 2" in [" ".join(line.split()) for line in lines]
+    assert main(["plan", str(swept["dask"].parent / "sweep.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "(exists: resumes)" in out
+    row = next(line for line in out.splitlines() if line.startswith("vit "))
+    assert row.split()[2:8] == ["6", "2", "2", "20", "4", "4"]  # inputs shards L T tasks done
+
+
+def test_status_lists_a_failed_task_with_its_error(tmp_path, capsys, monkeypatch):
+    config = load_config(write_config(tmp_path, models=("vit",)))
+
+    def broken(task):
+        raise ValueError("corrupt input 3")
+
+    monkeypatch.setattr(workers.tasks, "run_test", broken)
+    assert main(["run", str(tmp_path / "sweep.yaml"), "--in-process", "--no-progress"]) == 1
+    capsys.readouterr()
+    assert main(["status", str(config.store)]) == 1
+    out = capsys.readouterr().out
+    assert "failed vit test-00000: test-vit-00000: ValueError: corrupt input 3" in out

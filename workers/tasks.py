@@ -82,15 +82,15 @@ def run_extract(task: ExtractTask) -> int:
             outs = extractor.extract(items, ids[first - task.start:last - task.start])
         attention = np.zeros((last - first, n_layers, t_max, t_max), np.float32)  # (b, L, q, k)
         for offset, out in enumerate(outs):
+            row = first - task.start + offset
             layers, tokens = out.attention.shape[0], out.attention.shape[-1]
-            if layers != n_layers or tokens > t_max or out.input_id != ids[first - task.start
-                                                                              + offset]:
+            if layers != n_layers or tokens > t_max or out.input_id != ids[row]:
                 raise ExtractionError(
-                    f"model {task.model!r} input {out.input_id!r}: got {layers} layers x "
-                    f"{tokens} tokens, the store expects {n_layers} layers x <= {t_max} tokens"
+                    f"model {task.model!r} input {ids[row]!r}: got {out.input_id!r} with "
+                    f"{layers} layers x {tokens} tokens, the store expects {n_layers} layers x "
+                    f"<= {t_max} tokens"
                 )
             attention[offset, :, :tokens, :tokens] = out.attention
-            row = first - task.start + offset
             n_tokens[row] = tokens
             token_kind[row, :tokens] = out.token_kind
         write_attention(group, first, attention)
@@ -99,7 +99,7 @@ def run_extract(task: ExtractTask) -> int:
     return n
 
 
-def test_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
+def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
                tol: float) -> dict[str, np.ndarray]:
     """Every result variable, per layer, for one input's (L, T, T) attention and one token set."""
     n_layers = attention.shape[0]
@@ -137,7 +137,7 @@ def test_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
     return out
 
 
-def test_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
+def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
                token_sets: tuple[str, ...], tol: float) -> dict[str, np.ndarray]:
     """Result variables (input, layer, token_set) for a shard's padded arrays."""
     n, n_layers = attention.shape[:2]
@@ -146,7 +146,7 @@ def test_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarr
     for i in range(n):
         t = int(n_tokens[i])
         for s, token_set in enumerate(token_sets):
-            cells = test_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol)
+            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol)
             for name, values in cells.items():
                 results[name][i, :, s] = values
     return results
@@ -159,7 +159,7 @@ def run_test(task: TestTask) -> int:
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
     attention = group["attention"][task.start:task.stop]  # (input, layer, query, key)
     write_results(group, task.start,
-                  test_shard(attention, n_tokens, token_kind, task.token_sets, task.tol))
+                  evaluate_shard(attention, n_tokens, token_kind, task.token_sets, task.tol))
     mark_done(task.store, task.scope, task.marker)
     return task.stop - task.start
 

@@ -1,5 +1,7 @@
-"""`sweep plan CONFIG`: the resolved config, inputs/shards/tasks per model, estimated store size
-and kernel work, and what an existing store already holds. Computes nothing."""
+"""`sweep plan CONFIG [--cluster FILE]`: the resolved config, inputs/shards/tasks per model,
+estimated store size and kernel work, what an existing store already holds, and what the cluster
+file would start. Computes nothing (FT-Transformer is sized from its hyperparameters, untrained).
+Exit code 1 when some model cannot be sized here (missing data or weights), each named."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from storage import markers
+from sweep.cluster import describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
 from sweep.plan import ModelFacts, SweepPlan, build_plan
 from sweep.runner import error_line, gather_facts
@@ -21,6 +24,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "With no CONFIG, the bundled default sweep.",
     )
     parser.add_argument("config", nargs="?", type=Path, help="sweep YAML (default: bundled)")
+    parser.add_argument("--cluster", type=Path, default=None,
+                        help="also print what this cluster.yaml would start (SLURM scripts, ...)")
     parser.set_defaults(func=plan)
 
 
@@ -98,4 +103,7 @@ def plan(args: argparse.Namespace) -> int:
     facts, problems = collect_facts(config)
     for line in describe(build_plan(config, facts), problems):
         print(line)
+    if args.cluster is not None:
+        print()
+        print(describe_cluster(load_cluster_config(args.cluster)))
     return 1 if problems else 0

@@ -1,0 +1,70 @@
+"""The test task's per-input body: statuses for token sets that lose rows or keep nothing."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from storage.layout import RESULT_VARS, ResultStatus
+from workers.equality import check, rollout
+from workers.tasks import evaluate_input, evaluate_shard
+from workers.token_kinds import TokenKind
+
+CLS, CONTENT, PAD = TokenKind.CLS, TokenKind.CONTENT, TokenKind.PAD
+
+
+def stochastic(rng: np.random.Generator, layers: int, n: int) -> np.ndarray:
+    a = rng.random((layers, n, n))
+    return (a / a.sum(-1, keepdims=True)).astype(np.float32)
+
+
+def test_all_tokens_give_check_and_rollout_of_the_whole_matrices():
+    attention = stochastic(np.random.default_rng(0), 3, 5)
+    kinds = np.array([CLS, CONTENT, CONTENT, CONTENT, CONTENT], np.int8)
+    out = evaluate_input(attention, kinds, "all", 1e-12)
+    expected = check(attention.astype(np.float64), special=kinds != CONTENT)
+    # Rows are renormalised once more by the (all-keeping) restriction: equal up to rounding.
+    np.testing.assert_allclose(out["kappa"], expected.kappa, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out["margin"], expected.margin, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(out["holds"], expected.holds)
+    np.testing.assert_allclose(out["rollout_kappa"], rollout(attention.astype(np.float64))[0],
+                               rtol=0, atol=1e-12)
+    assert (out["status"] == ResultStatus.OK).all() and (out["n_kept"] == 5).all()
+
+
+def test_pairs_are_numbered_on_the_input_token_axis():
+    attention = np.zeros((1, 3, 3), np.float32)
+    attention[0] = [[1, 0, 0], [0, 1, 0], [0, 0, 1]]  # identity: every content pair attains
+    kinds = np.array([CLS, CONTENT, CONTENT], np.int8)
+    out = evaluate_input(attention, kinds, "content", 1e-12)
+    assert (out["pair_i"][0], out["pair_j"][0]) == (1, 2)  # not (0, 1) of the restricted matrix
+    assert out["holds"][0] and out["n_kept"][0] == 2
+
+
+def test_a_content_row_with_no_content_mass_is_reported_and_stops_the_rollout():
+    rng = np.random.default_rng(1)
+    attention = stochastic(rng, 3, 4)
+    attention[1, 2] = [1, 0, 0, 0]  # layer 1: content token 2 attends only to CLS
+    kinds = np.array([CLS, CONTENT, CONTENT, CONTENT], np.int8)
+    out = evaluate_input(attention, kinds, "content", 1e-12)
+    assert out["status"].tolist() == [ResultStatus.OK, ResultStatus.EMPTY_ROW, ResultStatus.OK]
+    assert np.isnan(out["kappa"][1]) and not np.isnan(out["kappa"][2])
+    assert not np.isnan(out["rollout_kappa"][0]) and np.isnan(out["rollout_kappa"][1:]).all()
+
+
+def test_a_token_set_that_keeps_nothing_is_too_small():
+    attention = stochastic(np.random.default_rng(2), 2, 2)
+    out = evaluate_input(attention, np.array([CLS, CLS], np.int8), "content", 1e-12)
+    assert (out["status"] == ResultStatus.TOO_SMALL).all() and (out["n_kept"] == 0).all()
+
+
+def test_shard_results_cover_each_input_up_to_its_own_length():
+    rng = np.random.default_rng(3)
+    padded = np.zeros((2, 2, 4, 4), np.float32)
+    padded[0] = stochastic(rng, 2, 4)
+    padded[1, :, :3, :3] = stochastic(rng, 2, 3)
+    kinds = np.array([[CLS, CONTENT, CONTENT, CONTENT], [CLS, CONTENT, CONTENT, PAD]], np.int8)
+    results = evaluate_shard(padded, np.array([4, 3]), kinds, ("all", "content"), 1e-12)
+    assert set(results) == set(RESULT_VARS)
+    assert results["n_kept"][:, 0, :].tolist() == [[4, 3], [3, 2]]
+    alone = evaluate_input(padded[1, :, :3, :3], kinds[1, :3], "content", 1e-12)
+    np.testing.assert_array_equal(results["margin"][1, :, 1], alone["margin"])
