@@ -6,6 +6,13 @@ written. Tasks then write only chunks they own: a shard owns whole `n_tokens`, `
 `results` chunks (chunked by `shard_size` inputs) and whole `attention` chunks (one input each);
 a baseline task owns one (size, chunk) cell. A group's `fingerprint` attribute is written last,
 so a group without one was never finished and is rebuilt.
+
+Root attributes: `format` and `versions` are written once, at creation; `config`, `models` and
+`fingerprint` (per group) are rewritten by the driver, under the lock, before each run's tasks,
+so they describe the latest run of a store that grows as models are added. Metadata is not
+consolidated: a store is extended later, and a consolidated copy that a killed driver left stale
+would hide the new groups from readers (zarr trusts it when present); a store has a few dozen
+metadata documents, so readers lose little by reading them directly.
 """
 
 from __future__ import annotations
