@@ -1,9 +1,10 @@
 """The `sweep` command line: one subcommand per module in `sweep.commands`.
 
-Each command module exposes `register(subparsers)`, which adds its parser and sets `func`
-to a callable taking the parsed arguments and returning an exit code. Bad input surfaces as a
-`workers.errors.InputError` (or a missing file): one line on stderr, exit code 2; a model that
-cannot deliver its attention (`ExtractionError`): one line, exit code 1.
+Each command module exposes `register(subparsers)`, which adds its parser (its one-line summary
+comes from `COMMANDS`) and sets `func` to a callable taking the parsed arguments and returning
+an exit code. Bad input surfaces as a `workers.errors.InputError` (or a missing file): one line
+on stderr, exit code 2; a model that cannot deliver its attention (`ExtractionError`): one line,
+exit code 1.
 """
 
 from __future__ import annotations
@@ -14,28 +15,48 @@ import sys
 
 from workers.errors import ExtractionError, InputError
 
-COMMANDS = ("check", "baseline", "extract", "plan", "run", "status", "report")
+# Command name -> one-line summary. Only the chosen command's module is imported (they pull in
+# torch, numba, dask...), so `sweep --help` and every command start fast.
+COMMANDS: dict[str, str] = {
+    "check": "test whether the Dobrushin bound is tight for stochastic matrices in a .npy file",
+    "baseline": "tightness rate of uniformly random stochastic matrices (95%% Wilson intervals)",
+    "extract": "extract head-averaged attention of a model on some inputs into an .npz",
+    "plan": "dry run: inputs, shards, tasks, store size and work of a sweep config",
+    "run": "run a sweep config into its Zarr store (resumes an existing store)",
+    "status": "done/pending/failed shards of a store, per model and stage",
+    "report": "tables and figures of a sweep store",
+}
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Summaries:
+    """Subparsers proxy that gives each command its summary from COMMANDS."""
+
+    def __init__(self, subparsers: argparse._SubParsersAction) -> None:
+        self._subparsers = subparsers
+
+    def add_parser(self, name: str, **kwargs) -> argparse.ArgumentParser:
+        return self._subparsers.add_parser(name, help=COMMANDS[name], **kwargs)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser; `command` (default: all) names the subcommands whose modules are loaded."""
     parser = argparse.ArgumentParser(
         prog="sweep",
         description="Measure when the layerwise Dobrushin bound on attention rollout is tight.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMANDS:
-        try:
-            module = importlib.import_module(f"sweep.commands.{name}")
-        except ModuleNotFoundError as error:
-            if error.name == f"sweep.commands.{name}":
-                continue
-            raise
-        module.register(sub)
+        if command in (None, name):
+            importlib.import_module(f"sweep.commands.{name}").register(_Summaries(sub))
+        else:
+            sub.add_parser(name, help=COMMANDS[name])
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    words = sys.argv[1:] if argv is None else argv
+    chosen = next((word for word in words if not word.startswith("-")), None)
+    args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as error:

@@ -220,18 +220,24 @@ def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
     return Restriction(matrix=matrix, kept=kept, empty_rows=empty)
 
 
-def rollout(layers: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rollout(
+    layers: np.ndarray, bounds: np.ndarray | None = None, validate: bool = True
+) -> tuple[np.ndarray, np.ndarray]:
     """kappa(R_l) and prod_{m <= l} (1 + kappa(A_m))/2 for l = 1..L; (L,) float64 each.
 
     R_1 = M_1, R_l = M_l @ R_{l-1} (Abnar & Zuidema order), M_l = 0.5 * (eye + A_l), float64;
     kappa(R_l) is exact with respect to the oracle applied to the float64 matrix R_l.
+    `bounds`: the layers' (1 + kappa(A_l))/2 when the caller already has them (from `check`);
+    `validate=False` trusts `layers` to be validated float64 (b, n, n), as `check` does.
     """
-    x = validate_stochastic(layers, name="layer")  # (layer, row, column)
+    x = validate_stochastic(layers, name="layer") if validate else layers  # (layer, row, column)
     n = x.shape[1]
     factors = 0.5 * (np.eye(n) + x)  # (layer, row, column)
     products = np.empty_like(factors)
     products[0] = factors[0]
     for layer in range(1, x.shape[0]):
-        products[layer] = factors[layer] @ products[layer - 1]
+        np.matmul(factors[layer], products[layer - 1], out=products[layer])
     kappa_rollout = check(products, validate=False).kappa
-    return kappa_rollout, np.cumprod(check(x, validate=False).bound)
+    if bounds is None:
+        bounds = check(x, validate=False).bound
+    return kappa_rollout, np.cumprod(bounds)

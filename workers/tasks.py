@@ -18,7 +18,7 @@ from storage.layout import RESULT_VARS, ResultStatus
 from storage.markers import mark_done
 from storage.store import open_model, write_attention, write_baseline, write_results, write_tokens
 from workers.baseline import holding_in_blocks
-from workers.equality import check, restrict, rollout
+from workers.equality import check, restrict, rollout, validate_stochastic
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
@@ -121,8 +121,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     ok = out["status"] == ResultStatus.OK
     if kept is None:
         return out
-    stack = np.stack(matrices)  # (ok layers, m, m)
-    result = check(stack, tol=tol, special=special_mask(token_kind)[kept])
+    stack = validate_stochastic(np.stack(matrices), name="attention")  # (ok layers, m, m)
+    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
                  "holds_by_characterisation", "attaining_pairs", "attaining_special"):
         out[name][ok] = getattr(result, name)
@@ -131,7 +131,7 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
     prefix = int(np.argmin(ok)) if not ok.all() else n_layers  # rollout stops at a failed layer
     if prefix:
-        kappa_r, bound_r = rollout(stack[:prefix])
+        kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
     return out

@@ -17,7 +17,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `baseline` parser."""
     parser = subparsers.add_parser(
         "baseline",
-        help="tightness rate of uniformly random row-stochastic matrices (95%% Wilson intervals)",
         description="Rows i.i.d. uniform on the simplex; the result depends only on the sizes, "
         "the trials and the seed.",
     )

@@ -17,7 +17,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `check` parser."""
     parser = subparsers.add_parser(
         "check",
-        help="test whether the Dobrushin bound is tight for stochastic matrices in a .npy file",
         description="Exact (float64) equality test on an (n, n) or (b, n, n) row-stochastic array.",
     )
     parser.add_argument("file", type=Path, help=".npy file holding an (n, n) or (b, n, n) array")

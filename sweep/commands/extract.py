@@ -22,7 +22,6 @@ from workers.models import resolve_model
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "extract",
-        help="extract head-averaged attention of a model on some inputs into an .npz",
         description=__doc__,
     )
     parser.add_argument("model", metavar="MODEL_SOURCE",

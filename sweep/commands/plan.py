@@ -19,7 +19,7 @@ from sweep.runner import error_line, gather_facts
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "plan", help="dry run: inputs, shards, tasks, store size and work of a sweep config",
+        "plan",
         description="Print what `sweep run CONFIG` would do, without computing anything. "
         "With no CONFIG, the bundled default sweep.",
     )

@@ -15,7 +15,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the `report` subcommand."""
     parser = subparsers.add_parser(
         "report",
-        help="tables and figures of a sweep store",
         description="Print the study's tables (headline, per layer, depth, special tokens, "
         "baseline, whole rollout) for a sweep store, partial or complete.",
     )

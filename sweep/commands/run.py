@@ -13,7 +13,7 @@ from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "run", help="run a sweep config into its Zarr store (resumes an existing store)",
+        "run",
         description="Run a sweep. With no CONFIG, the bundled default sweep runs offline into "
         "runs/default.zarr (relative to the current folder). Exit code 1 if tasks failed.",
     )

@@ -11,7 +11,7 @@ from storage.status import store_status
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "status", help="done/pending/failed shards of a store, per model and stage",
+        "status",
         description="Show what a sweep store holds. Exit code 0 when everything is done, "
         "1 when tasks are pending or failed.",
     )
