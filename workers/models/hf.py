@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer, BitImageProcessor
+from transformers.utils import logging as hf_logging
 
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
@@ -53,6 +54,7 @@ def model_location(source: str) -> str:
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
     if spec.pretrained:
+        hf_logging.disable_progress_bar()  # a bar per model load would bury the sweep's own
         try:
             model = AutoModel.from_pretrained(
                 model_location(spec.source), attn_implementation="eager", use_safetensors=True,
