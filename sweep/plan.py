@@ -134,8 +134,8 @@ class BaselinePlan:
 
 
 @dataclass(frozen=True)
-class ExtractTask:
-    """Extract one shard of a model's inputs and write attention, n_tokens and token kinds."""
+class ShardTask:
+    """What every per-(model, shard) task has: its key, store, model and input range."""
 
     key: str
     store: str
@@ -143,15 +143,6 @@ class ExtractTask:
     shard: int
     start: int
     stop: int
-    spec: ModelSpec
-    dataset: DatasetSpec
-    batch_size: int
-    device: str
-    dtype: str
-    cache_dir: str
-
-    stage = "extract"
-    resources = {"GPU": 1}
 
     @property
     def scope(self) -> str:
@@ -163,29 +154,30 @@ class ExtractTask:
 
 
 @dataclass(frozen=True)
-class TestTask:
+class ExtractTask(ShardTask):
+    """Extract one shard of a model's inputs and write attention, n_tokens and token kinds."""
+
+    spec: ModelSpec
+    dataset: DatasetSpec
+    batch_size: int
+    device: str
+    dtype: str
+    cache_dir: str
+
+    stage = "extract"
+    resources = {"GPU": 1}
+
+
+@dataclass(frozen=True)
+class TestTask(ShardTask):
     """Test one shard: read its attention back, write results for every token set + rollout."""
 
-    key: str
-    store: str
-    model: str
-    shard: int
-    start: int
-    stop: int
     token_sets: tuple[str, ...]
     tol: float
 
     stage = "test"
     resources = {"CPU": 1}
     __test__ = False  # not a pytest class
-
-    @property
-    def scope(self) -> str:
-        return self.model
-
-    @property
-    def marker(self) -> str:
-        return marker_name(self.stage, self.shard)
 
 
 @dataclass(frozen=True)
