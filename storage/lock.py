@@ -6,6 +6,7 @@ SIGKILL, so a killed driver never leaves a stale lock behind.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 from pathlib import Path
@@ -28,6 +29,7 @@ class StoreLock:
         self._fd: int | None = None
 
     def __enter__(self) -> StoreLock:
+        self._created = not self.store.exists()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
@@ -55,3 +57,13 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+            if self._created and not (self.store / "zarr.json").exists():
+                self._remove_empty_store()
+
+    def _remove_empty_store(self) -> None:
+        """A run that failed before creating the store leaves no folder behind (only empty
+        folders are removed: rmdir refuses anything else)."""
+        with contextlib.suppress(OSError):
+            self.path.unlink()
+            self.path.parent.rmdir()
+            self.store.rmdir()

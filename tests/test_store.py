@@ -193,3 +193,27 @@ def test_lock_refuses_a_second_holder_and_is_freed_by_sigkill(tmp_path):
         except StoreBusyError:
             assert time.monotonic() < deadline
             time.sleep(0.1)
+
+
+def test_a_run_refused_for_a_bad_model_leaves_no_store_folder(tmp_path, capsys):
+    from sweep.cli import main
+
+    (tmp_path / "lines.txt").write_text("one line\n")
+    config = tmp_path / "sweep.yaml"
+    config.write_text(
+        "store: new.zarr\n"
+        "datasets:\n  lines: {kind: text, path: lines.txt}\n"
+        "models:\n  m: {source: no-such-model, dataset: lines}\n"
+    )
+    assert main(["run", str(config), "--in-process"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no-such-model" in err[0]
+    assert not (tmp_path / "new.zarr").exists()
+
+
+def test_the_lock_keeps_an_existing_store_folder(tmp_path):
+    store = tmp_path / "kept.zarr"
+    store.mkdir()
+    with StoreLock(store):
+        pass
+    assert store.is_dir()
