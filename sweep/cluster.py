@@ -21,7 +21,7 @@ from distributed import Client
 
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
-from sweep.clusters.local import cuda_devices, local_pools, start_local
+from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
 from sweep.clusters.slurm import job_scripts, start_slurm
 from workers.errors import InputError
 
@@ -99,10 +99,11 @@ def describe_cluster(cfg: ClusterConfig) -> str:
     lines = [f"cluster kind: {cfg.kind}", yaml.safe_dump(cfg.model_dump(mode="json"))]
     if cfg.kind == "local":
         pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
+        kind = "processes" if use_processes(cfg.local, pools) else "threads of the sweep process"
         for name, pool in pools.items():
             lines.append(
                 f"pool {name}: {pool.workers} worker(s) x {pool.threads} thread(s), "
-                f"resources {pool.resources}"
+                f"resources {pool.resources}, workers as {kind}"
             )
     elif cfg.kind == "slurm" and cfg.slurm is not None:
         for name, script in job_scripts(cfg.slurm).items():

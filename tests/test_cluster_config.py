@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from distributed import Worker
 
 from sweep.cluster import ClusterConfig, describe_cluster, load_cluster_config
-from sweep.clusters.local import local_pools, worker_specs
+from sweep.clusters.local import local_pools, use_processes, worker_specs
 from sweep.clusters.slurm import job_scripts
 from workers.errors import InputError
 
@@ -244,3 +245,33 @@ def test_describe_cluster_shows_what_would_start(tmp_path, kind):
         "kubernetes": "kind: DaskWorkerGroup",
     }[kind]
     assert expected in text
+
+
+def test_the_machine_sized_default_without_gpus_runs_its_workers_as_threads():
+    local = ClusterConfig().local
+    pools = local_pools(local, cpu_count=2, devices=())
+    assert use_processes(local, pools) is False
+    specs = worker_specs(pools, "auto", processes=False)
+    assert sorted(specs) == ["cpu-0", "cpu-1"]
+    assert all(spec["cls"] is Worker for spec in specs.values())
+    assert specs["cpu-0"]["options"]["resources"] == {"GPU": 1.0, "CPU": 1.0}
+    assert specs["cpu-0"]["options"]["nthreads"] == 1
+
+
+def test_gpu_pools_and_explicit_pools_run_as_processes_unless_told():
+    local = ClusterConfig().local
+    assert use_processes(local, local_pools(local, cpu_count=8, devices=(0,))) is True
+    explicit = ClusterConfig.model_validate(
+        {"local": {"pools": {"c": {"workers": 2, "resources": {"GPU": 1, "CPU": 1}}}}}
+    ).local
+    assert use_processes(explicit, local_pools(explicit, 8, ())) is True
+    forced = ClusterConfig.model_validate({"local": {"processes": True}}).local
+    assert use_processes(forced, local_pools(forced, 2, ())) is True
+    threads = explicit.model_copy(update={"processes": False})
+    assert use_processes(threads, local_pools(threads, 8, ())) is False
+
+
+def test_threads_cannot_pin_cuda_devices():
+    local = ClusterConfig.model_validate({"local": {"processes": False}}).local
+    with pytest.raises(InputError, match="processes: false"):
+        use_processes(local, local_pools(local, cpu_count=8, devices=(0,)))

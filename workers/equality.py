@@ -11,11 +11,13 @@ bound = 0.5 * (1 + kappa(A)), margin = bound - kappa(M) (see `workers.kernel`).
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass
 
 import numba
 import numpy as np
+import threadpoolctl
 
 from workers import kernel
 from workers.errors import InputError, NotStochasticError
@@ -188,6 +190,25 @@ def check(
     )
 
 
+def kappa_only(x: np.ndarray) -> np.ndarray:
+    """kappa of each matrix of a float64 C-contiguous (b, n, n) batch, as `check(x,
+    validate=False).kappa` returns it (the oracle's value bit for bit), without kappa(M), the pair
+    or the characterisation: a float64 screen leaves only the pairs that can attain the maximum
+    to recompute in the oracle's order, however close the pairs' values are in float32."""
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    with _KERNEL_LOCK:
+        return kernel.kappa_over_matrices(x, kernel.tile_order(x.shape[1]),
+                                          numba.get_num_threads())
+
+
+_BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread
+
+
+@functools.cache
+def _blas_controller() -> threadpoolctl.ThreadpoolController:
+    return threadpoolctl.ThreadpoolController()
+
+
 @dataclass(frozen=True)
 class Restriction:
     """A matrix restricted to a token set: kept rows/columns, rows renormalised.
@@ -220,13 +241,58 @@ def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
     return Restriction(matrix=matrix, kept=kept, empty_rows=empty)
 
 
+def restrict_layers(
+    layers: np.ndarray, keep: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`restrict` of each layer of an (L, n, n) stack at once, then validated as `check` wants.
+
+    Returns (stack, kept, ok): `stack` (ok layers, m, m) float64 C-contiguous, each matrix equal
+    bit for bit to `validate_stochastic(restrict(layer, keep).matrix)[0]`; `kept` (m,) int64 the
+    original indices; `ok` (L,) bool the layers whose kept rows all have mass (the others are
+    `restrict`'s empty-row case). One validation pass and at most one gather for the whole stack
+    (none when every token is kept) instead of one of each per layer; errors are `restrict`'s.
+    """
+    arr = np.asarray(layers)
+    mask = np.asarray(keep)
+    if arr.ndim != 3 or mask.dtype != np.bool_ or mask.shape != arr.shape[-1:] or not mask.any():
+        for layer in arr:  # the per-layer path raises the precise error
+            restrict(layer, mask)
+        raise InputError(f"restrict_layers takes an (L, n, n) stack, got shape {arr.shape}")
+    try:
+        x = validate_stochastic(arr)
+    except NotStochasticError:
+        for layer in arr:  # name the offending layer's row exactly as `restrict` does
+            restrict(layer, mask)
+        raise
+    kept = np.flatnonzero(mask).astype(np.int64)
+    first, last = int(kept[0]), int(kept[-1]) + 1
+    if kept.size == x.shape[1]:
+        sub = x  # (layer, kept, kept)
+    elif kept.size == last - first:  # one run of tokens (e.g. all but a leading CLS): a slice
+        sub = np.ascontiguousarray(x[:, first:last, first:last])
+    else:  # C order, as restrict's copy: the row sums below then add in the same order
+        sub = x[np.ix_(np.arange(x.shape[0]), kept, kept)]
+    mass = sub.sum(axis=2)  # (layer, kept row): per row as restrict's sub.sum(axis=1)
+    ok = ~(mass == 0.0).any(axis=1)
+    if not ok.all():
+        sub, mass = sub[ok], mass[ok]
+    stack = np.ascontiguousarray(sub / mass[:, :, None])
+    code, _, _, _ = kernel.normalise_rows(stack, ROW_SUM_TOL)
+    if code:
+        validate_stochastic(stack, name="attention")  # raises with the offending row
+    return stack, kept, ok
+
+
 def rollout(
     layers: np.ndarray, bounds: np.ndarray | None = None, validate: bool = True
 ) -> tuple[np.ndarray, np.ndarray]:
     """kappa(R_l) and prod_{m <= l} (1 + kappa(A_m))/2 for l = 1..L; (L,) float64 each.
 
     R_1 = M_1, R_l = M_l @ R_{l-1} (Abnar & Zuidema order), M_l = 0.5 * (eye + A_l), float64;
-    kappa(R_l) is exact with respect to the oracle applied to the float64 matrix R_l.
+    kappa(R_l) is exact with respect to the oracle applied to the float64 matrix R_l. The
+    products run on one BLAS thread (under a lock: the limit is process-wide), so R_l does not
+    depend on how many threads BLAS has where the rollout runs (OpenBLAS's results do), and no
+    BLAS threads are left spinning to slow the numba kernels that follow.
     `bounds`: the layers' (1 + kappa(A_l))/2 when the caller already has them (from `check`);
     `validate=False` trusts `layers` to be validated float64 (b, n, n), as `check` does.
     """
@@ -235,9 +301,10 @@ def rollout(
     factors = 0.5 * (np.eye(n) + x)  # (layer, row, column)
     products = np.empty_like(factors)
     products[0] = factors[0]
-    for layer in range(1, x.shape[0]):
-        np.matmul(factors[layer], products[layer - 1], out=products[layer])
-    kappa_rollout = check(products, validate=False).kappa
+    with _BLAS_LOCK, _blas_controller().limit(limits=1, user_api="blas"):
+        for layer in range(1, x.shape[0]):
+            np.matmul(factors[layer], products[layer - 1], out=products[layer])
+    kappa_rollout = kappa_only(products)
     if bounds is None:
         bounds = check(x, validate=False).bound
     return kappa_rollout, np.cumprod(bounds)

@@ -18,7 +18,7 @@ from storage.layout import RESULT_VARS, ResultStatus
 from storage.markers import mark_done
 from storage.store import open_model, write_attention, write_baseline, write_results, write_tokens
 from workers.baseline import holding_in_blocks
-from workers.equality import check, restrict, rollout, validate_stochastic
+from workers.equality import check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
@@ -109,19 +109,10 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     if not keep.any():
         out["status"][:] = ResultStatus.TOO_SMALL
         return out
-    kept, matrices = None, []
-    for layer in range(n_layers):
-        restriction = restrict(attention[layer].astype(np.float64), keep)
-        if restriction.matrix is None:
-            out["status"][layer] = ResultStatus.EMPTY_ROW
-            continue
-        kept = restriction.kept
-        matrices.append(restriction.matrix)
-        out["status"][layer] = ResultStatus.OK
-    ok = out["status"] == ResultStatus.OK
-    if kept is None:
+    stack, kept, ok = restrict_layers(attention, keep)  # (ok layers, m, m)
+    out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
+    if not ok.any():
         return out
-    stack = validate_stochastic(np.stack(matrices), name="attention")  # (ok layers, m, m)
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
                  "holds_by_characterisation", "attaining_pairs", "attaining_special"):

@@ -43,6 +43,12 @@ class LocalConfig(_Spec):
     pools: dict[str, LocalPool] | None = Field(
         None, description="explicit pools replacing the machine-sized default"
     )
+    processes: Literal["auto"] | bool = Field(
+        "auto",
+        description="workers as processes (true) or as threads of the sweep's own process "
+        "(false); auto: threads for the machine-sized default without CUDA devices, else "
+        "processes",
+    )
 
 
 class AddressConfig(_Spec):

@@ -12,10 +12,11 @@ import logging
 import os
 from collections.abc import Sequence
 
-from distributed import Nanny, Scheduler, SpecCluster
+from distributed import Nanny, Scheduler, SpecCluster, Worker
 from distributed.system import MEMORY_LIMIT
 
 from sweep.clusters.config import ClusterConfig, Gpus, LocalConfig, LocalPool
+from workers.errors import InputError
 
 
 def cuda_devices(gpus: Gpus) -> tuple[int, ...]:
@@ -54,12 +55,47 @@ def local_pools(cfg: LocalConfig, cpu_count: int, devices: Sequence[int]) -> dic
     }
 
 
-def worker_specs(pools: dict[str, LocalPool], memory_limit: str) -> dict[str, dict]:
-    """SpecCluster worker specs named `<pool>-<i>`, with resources, threads and thread env vars."""
+def use_processes(cfg: LocalConfig, pools: dict[str, LocalPool]) -> bool:
+    """Whether the workers are processes (Nanny) or threads of this process (Worker).
+
+    Threads (the `auto` choice for the machine-sized default without CUDA devices) skip each
+    worker process's start-up, imports and model load, and the tasks' own thread pools (torch,
+    numba, BLAS) still use every core; but a worker crash is the sweep's crash and no per-pool
+    environment (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) can apply. Pools with an environment of
+    their own and explicit pools run as processes unless `processes: false` says otherwise.
+    """
+    if cfg.processes == "auto":
+        return cfg.pools is not None or any(pool.env for pool in pools.values())
+    if not cfg.processes and any(pool.env for pool in pools.values()):
+        raise InputError(
+            "local: processes: false runs every worker in one process, so a pool's env "
+            "(e.g. CUDA_VISIBLE_DEVICES) cannot apply: drop the env or use processes: true"
+        )
+    return cfg.processes
+
+
+def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
+                 processes: bool = True) -> dict[str, dict]:
+    """SpecCluster worker specs named `<pool>-<i>`, with resources, threads and thread env vars
+    (processes), or in-process `Worker`s with resources and threads (threads: they share this
+    process's memory, so `auto` gives each the whole machine's limit)."""
     total = sum(pool.workers for pool in pools.values())
     if memory_limit == "auto":
-        memory_limit = str(MEMORY_LIMIT // max(total, 1))
+        memory_limit = str(MEMORY_LIMIT // max(total, 1) if processes else MEMORY_LIMIT)
     specs = {}
+    if not processes:
+        for name, pool in pools.items():
+            for i in range(pool.workers):
+                specs[f"{name}-{i}"] = {
+                    "cls": Worker,
+                    "options": {
+                        "nthreads": pool.threads,
+                        "resources": dict(pool.resources),
+                        "memory_limit": memory_limit,
+                        "silence_logs": logging.WARNING,
+                    },
+                }
+        return specs
     for name, pool in pools.items():
         env = {"OMP_NUM_THREADS": str(pool.threads), "MKL_NUM_THREADS": str(pool.threads)}
         env.update(pool.env)
@@ -84,8 +120,9 @@ def start_local(cfg: ClusterConfig) -> SpecCluster:
         "cls": Scheduler,
         "options": {"host": "127.0.0.1", "dashboard_address": cfg.dashboard_address},
     }
+    processes = use_processes(cfg.local, pools)
     return SpecCluster(
-        workers=worker_specs(pools, cfg.local.memory_limit),
+        workers=worker_specs(pools, cfg.local.memory_limit, processes),
         scheduler=scheduler,
         silence_logs=logging.WARNING,
         name="sweep-local",
