@@ -79,15 +79,7 @@ if [[ ! -f /etc/slurm/slurm.conf ]] || [[ "$(cat /etc/slurm/slurm.conf)" != "$co
 fi
 
 # 4. Daemons: (re)start when absent or when the configuration changed.
-running() { local pid; pid=$(cat "$1" 2>/dev/null) && kill -0 "$pid" 2>/dev/null; }
-stop() {
-    local pid
-    pid=$(cat "$1" 2>/dev/null) || return 0
-    if kill -0 "$pid" 2>/dev/null; then
-        kill "$pid"
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-    fi
-}
+source "$(dirname "$0")/slurm-lib.sh"
 if [[ $changed -eq 1 ]]; then
     stop /run/slurmd.pid
     stop /run/slurmctld.pid

@@ -40,8 +40,19 @@ class ModelFacts:
         return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts))
 
 
+class Fingerprinted:
+    """A plan part whose `fingerprint` hashes what determines its results (`fingerprint_inputs`)."""
+
+    def fingerprint_inputs(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint(self.fingerprint_inputs())
+
+
 @dataclass(frozen=True)
-class ModelPlan:
+class ModelPlan(Fingerprinted):
     """One model's slice of the sweep: its specs, sizes and shards."""
 
     name: str
@@ -86,17 +97,13 @@ class ModelPlan:
         }
 
     @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.fingerprint_inputs())
-
-    @property
     def attention_bytes(self) -> int:
         """Uncompressed size of the padded attention array."""
         return self.n_inputs * self.n_layers * self.t_max**2 * ATTENTION_ITEMSIZE
 
 
 @dataclass(frozen=True)
-class BaselinePlan:
+class BaselinePlan(Fingerprinted):
     """The Monte Carlo baseline: `trials` per size, cut into chunks of `chunk_trials`."""
 
     sizes: tuple[int, ...]
@@ -122,10 +129,6 @@ class BaselinePlan:
             "chunk_trials": self.chunk_trials,
             "tol": self.tol,
         }
-
-    @property
-    def fingerprint(self) -> str:
-        return fingerprint(self.fingerprint_inputs())
 
     @property
     def work(self) -> int:

@@ -83,32 +83,20 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
     if memory_limit == "auto":
         memory_limit = str(MEMORY_LIMIT // max(total, 1) if processes else MEMORY_LIMIT)
     specs = {}
-    if not processes:
-        for name, pool in pools.items():
-            for i in range(pool.workers):
-                specs[f"{name}-{i}"] = {
-                    "cls": Worker,
-                    "options": {
-                        "nthreads": pool.threads,
-                        "resources": dict(pool.resources),
-                        "memory_limit": memory_limit,
-                        "silence_logs": logging.WARNING,
-                    },
-                }
-        return specs
     for name, pool in pools.items():
-        env = {"OMP_NUM_THREADS": str(pool.threads), "MKL_NUM_THREADS": str(pool.threads)}
-        env.update(pool.env)
+        options = {
+            "nthreads": pool.threads,
+            "resources": dict(pool.resources),
+            "memory_limit": memory_limit,
+            "silence_logs": logging.WARNING,
+        }
+        if processes:
+            env = {"OMP_NUM_THREADS": str(pool.threads), "MKL_NUM_THREADS": str(pool.threads)}
+            options["env"] = {**env, **pool.env}
         for i in range(pool.workers):
             specs[f"{name}-{i}"] = {
-                "cls": Nanny,
-                "options": {
-                    "nthreads": pool.threads,
-                    "resources": dict(pool.resources),
-                    "memory_limit": memory_limit,
-                    "env": env,
-                    "silence_logs": logging.WARNING,
-                },
+                "cls": Nanny if processes else Worker,
+                "options": {**options, "resources": dict(pool.resources)},  # one dict per worker
             }
     return specs
 
