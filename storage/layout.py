@@ -84,9 +84,14 @@ RESULT_VARS: dict[str, Var] = {
     "attaining_special": Var(
         RESULT_DIMS, "bool", False, "every attaining pair involves a special token"
     ),
+    "attaining_kind": Var(
+        RESULT_DIMS, "int8", -1, "AttainingKind: the token kinds of the pairs attaining kappa "
+        "within tol (-1 none)",
+    ),
     "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
     "status": Var(
-        RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 too small"
+        RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 no token, "
+        "3 one token, 4 singular complement",
     ),
     "rollout_kappa": Var(
         RESULT_DIMS, "float64", np.nan, "kappa of the rollout M_l ... M_1 (Abnar & Zuidema order)"
@@ -114,3 +119,27 @@ class ResultStatus:
     OK = 0
     EMPTY_ROW = 1  # a kept row lost all its mass when restricted to the token set
     TOO_SMALL = 2  # the token set keeps no token at all
+    ONE_TOKEN = 3  # the token set keeps a single token: no pair, the theorem says nothing
+    SINGULAR = 4  # content-complement: I - A_SS is singular (the special tokens hold a closed
+    # class: some special tokens attend only among themselves), so no complement exists
+
+
+class AttainingKind:
+    """Values of the `attaining_kind` result variable: which token kinds the pairs attaining
+    kappa(A) (kappa - kappa_ij <= tol, as `attaining_pairs` counts them) involve.
+
+    Each pair has a class: CONTENT_ONLY (two content tokens), the kind of its special token for a
+    special-content pair (CLS, REGISTER, SEP, DIST: the `TokenKind` codes), SPECIAL_SPECIAL (two
+    special tokens). A cell stores the class its attaining pairs share, or MIXED when they differ.
+    """
+
+    NONE = -1  # no verdict (status not OK)
+    CONTENT_ONLY = 0
+    CLS = 1
+    REGISTER = 2
+    SEP = 3
+    DIST = 4
+    SPECIAL_SPECIAL = 5
+    MIXED = 6
+    NAMES = {-1: "none", 0: "content-only", 1: "CLS", 2: "register", 3: "SEP", 4: "DIST",
+             5: "special-special", 6: "mixed"}

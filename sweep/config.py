@@ -28,7 +28,7 @@ from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.errors import InputError
 from workers.inputs import DatasetSpec, infer_kind
-from workers.token_kinds import TOKEN_SETS
+from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_NAMES = frozenset({"baseline"})
@@ -121,7 +121,7 @@ class SweepConfig(_Frozen):
 
     store: Path
     shard_size: PositiveInt = 32
-    token_sets: tuple[str, ...] = tuple(TOKEN_SETS)
+    token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
     tol: float = Field(default=DEFAULT_TOL, ge=0.0)
     retries: NonNegativeInt = 2
     batch_size: PositiveInt = 8

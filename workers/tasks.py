@@ -22,6 +22,7 @@ from workers.equality import check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
+from workers.readings import READING_EVALUATORS, attaining_kinds
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
@@ -101,13 +102,21 @@ def run_extract(task: ExtractTask) -> int:
 
 def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
                tol: float) -> dict[str, np.ndarray]:
-    """Every result variable, per layer, for one input's (L, T, T) attention and one token set."""
+    """Every result variable, per layer, for one input's (L, T, T) attention and one token set.
+
+    A token set that keeps fewer than two tokens has no pair: status TOO_SMALL (none) or
+    ONE_TOKEN (one), no verdict. The content readings `content-pairs` and `content-complement`
+    are evaluated by `workers.readings`; the others by restriction (rows renormalised).
+    """
     n_layers = attention.shape[0]
     out = {name: np.full(n_layers, var.fill, dtype=var.dtype) for name, var in RESULT_VARS.items()}
     keep = keep_mask(token_kind, token_set)  # (T,)
     out["n_kept"][:] = keep.sum()
-    if not keep.any():
-        out["status"][:] = ResultStatus.TOO_SMALL
+    if keep.sum() < 2:
+        out["status"][:] = ResultStatus.ONE_TOKEN if keep.any() else ResultStatus.TOO_SMALL
+        return out
+    if token_set in READING_EVALUATORS:
+        READING_EVALUATORS[token_set](attention, token_kind, tol, out)
         return out
     stack, kept, ok = restrict_layers(attention, keep)  # (ok layers, m, m)
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
@@ -120,6 +129,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     has_pair = result.pair[:, 0] >= 0
     out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
     out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
+    out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
+                                                result.attaining_special, tol)
     prefix = int(np.argmin(ok)) if not ok.all() else n_layers  # rollout stops at a failed layer
     if prefix:
         kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)

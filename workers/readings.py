@@ -1,0 +1,265 @@
+"""The readings of "content tokens" beside `content` (A[C,C] renormalised), and which token kinds
+the pairs attaining kappa involve. Pure math, no I/O; formulas in docs/readings.md.
+
+- `content-pairs`: kappa_C(X) = max over pairs i < j of content tokens of
+  kappa_ij(X) = 0.5 * (sequential left-to-right float64 sum of |X_ik - X_jk| over ALL k), for
+  X = A (the all-token matrix `check` sees on `all`) and X = M = 0.5 * (eye + A). Tight iff
+  kappa_C(M) = (1 + kappa_C(A))/2. The pairwise identity
+  kappa_ij(M) = (1 + kappa_ij(A))/2 - [(A_ji - A_ii)+ + (A_ij - A_jj)+]/2 holds for full rows,
+  so the characterisation is `check`'s, restricted to content pairs. Every float equals the
+  float64 brute force (a double loop over content pairs) bit for bit.
+- `content-complement`: S = A_CC + A_CS (I - A_SS)^-1 A_SC, the chain watched only while it is on
+  content tokens; stochastic, so it is tested with `check` like `content`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from storage.layout import AttainingKind, ResultStatus
+from workers.equality import check, restrict_layers, rollout, validate_stochastic
+from workers.token_kinds import TokenKind, special_mask
+
+U64 = 2.0**-53  # unit roundoff of float64
+_SPECIAL_SPECIAL = AttainingKind.SPECIAL_SPECIAL  # a plain int for the numba kernels
+
+
+@njit(cache=True)
+def _gap(a: np.ndarray, i: int, j: int) -> float:
+    """s_ij = (A_ji - A_ii)+ + (A_ij - A_jj)+: zero iff rows i, j are mutually self-dominant."""
+    return max(a[j, i] - a[i, i], 0.0) + max(a[i, j] - a[j, j], 0.0)
+
+
+@njit(cache=True)
+def _tv(a: np.ndarray, i: int, j: int) -> float:
+    """The oracle's kappa_ij(A): 0.5 * sequential left-to-right float64 sum of |A_ik - A_jk|."""
+    s = 0.0
+    for k in range(a.shape[1]):
+        s += abs(a[i, k] - a[j, k])
+    return 0.5 * s
+
+
+@njit(cache=True)
+def _tv_factor(a: np.ndarray, i: int, j: int) -> float:
+    """The oracle's kappa_ij(M), M = 0.5 * (eye + A) with its entries as numpy computes them:
+    0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it."""
+    s = 0.0
+    for k in range(a.shape[1]):
+        mi = 0.5 * (1.0 + a[i, k]) if k == i else 0.5 * a[i, k]
+        mj = 0.5 * (1.0 + a[j, k]) if k == j else 0.5 * a[j, k]
+        s += abs(mi - mj)
+    return 0.5 * s
+
+
+@njit(cache=True)
+def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
+    """`content-pairs` of one (n, n) matrix over the pairs of `rows` (sorted token indices).
+
+    Returns (kappa, kappa_factor, holds_by_characterisation, pair_i, pair_j, attaining_pairs);
+    the pair (on the token axis) minimises the combined slack (kappa - kappa_ij)/2 + s_ij/2 among
+    the pairs where it is <= tol (-1, -1 when none), first in row-major order on ties.
+    """
+    m = rows.shape[0]
+    n = a.shape[1]
+    pairs = m * (m - 1) // 2
+    ka = np.empty(pairs, dtype=np.float64)
+    m_hat = np.empty(pairs, dtype=np.float64)
+    c = 0
+    for p in range(m):
+        for q in range(p + 1, m):
+            i, j = rows[p], rows[q]
+            ka[c] = _tv(a, i, j)
+            m_hat[c] = 0.5 * (1.0 + ka[c]) - 0.5 * _gap(a, i, j)  # the identity, to screen M
+            c += 1
+    kappa = ka.max()
+    # kappa(M): only pairs whose identity value is within twice its rounding error of the best
+    # can attain the oracle's maximum; recompute those in the oracle's order.
+    err = 8.0 * (n + 4) * U64
+    best = m_hat.max()
+    kappa_factor = -np.inf
+    attaining = 0
+    best_slack = np.inf
+    pair_i = -1
+    pair_j = -1
+    c = 0
+    for p in range(m):
+        for q in range(p + 1, m):
+            i, j = rows[p], rows[q]
+            if m_hat[c] >= best - 2.0 * err:
+                kappa_factor = max(kappa_factor, _tv_factor(a, i, j))
+            if kappa - ka[c] <= tol:
+                attaining += 1
+            slack = 0.5 * (kappa - ka[c]) + 0.5 * _gap(a, i, j)
+            if slack <= tol and slack < best_slack:
+                best_slack, pair_i, pair_j = slack, i, j
+            c += 1
+    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining
+
+
+@njit(cache=True)
+def _pairs_stack(x: np.ndarray, rows: np.ndarray, tol: float, out_f: np.ndarray,
+                 out_i: np.ndarray) -> None:
+    for b in range(x.shape[0]):
+        kappa, kappa_factor, holds, pair_i, pair_j, attaining = _pairs_one(x[b], rows, tol)
+        out_f[b, 0], out_f[b, 1] = kappa, kappa_factor
+        out_i[b, 0], out_i[b, 1], out_i[b, 2], out_i[b, 3] = holds, pair_i, pair_j, attaining
+
+
+def content_pairs(x: np.ndarray, rows: np.ndarray, tol: float) -> dict[str, np.ndarray]:
+    """The `content-pairs` reading of a validated float64 (b, n, n) stack over the pairs i < j
+    of `rows` (sorted token indices, at least two): per matrix (b,) kappa, kappa_factor, bound,
+    margin, holds (margin <= tol), holds_by_characterisation, pair_i/pair_j (token axis, -1 when
+    no pair is self-dominant within the combined slack) and attaining_pairs."""
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    if rows.ndim != 1 or rows.size < 2:
+        raise ValueError(f"content-pairs needs at least two content tokens, got {rows.size}")
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    out_f = np.empty((x.shape[0], 2), dtype=np.float64)
+    out_i = np.empty((x.shape[0], 4), dtype=np.int64)
+    _pairs_stack(x, rows, float(tol), out_f, out_i)
+    kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
+    bound = 0.5 * (1.0 + kappa)
+    margin = bound - kappa_factor
+    return {
+        "kappa": kappa, "kappa_factor": kappa_factor, "bound": bound, "margin": margin,
+        "holds": margin <= tol, "holds_by_characterisation": out_i[:, 0].astype(bool),
+        "pair_i": out_i[:, 1].copy(), "pair_j": out_i[:, 2].copy(),
+        "attaining_pairs": out_i[:, 3].copy(),
+    }
+
+
+def stochastic_complement(a: np.ndarray, content: np.ndarray) -> np.ndarray | None:
+    """S = A_CC + A_CS (I - A_SS)^-1 A_SC for a row-stochastic float64 (n, n) `a` and a bool (n,)
+    content mask C (S = its complement); (|C|, |C|) float64, or None when I - A_SS is singular.
+
+    Solved by Gaussian elimination of the special tokens one at a time, in index order, in the
+    Grassmann-Taksar-Heyman form: eliminating s maps A_ij to A_ij + A_is * (A_sj / p_s) with the
+    pivot p_s = 1 - A_ss taken as the sum of row s off its diagonal over the tokens left. Every
+    operation adds or multiplies non-negative numbers, so S has no negative entry and its rows
+    sum to 1 up to rounding; p_s = 0 exactly when the tokens left hold a closed class of special
+    tokens (I - A_SS singular), reported as None. No inverse is formed.
+    """
+    p = np.array(a, dtype=np.float64)  # (row, column), eliminated in place
+    mask = np.asarray(content, dtype=bool)
+    alive = np.ones(p.shape[0], dtype=bool)
+    for s in np.flatnonzero(~mask):
+        alive[s] = False
+        others = np.flatnonzero(alive)
+        pivot = p[s, others].sum()
+        if not pivot > 0.0:
+            return None
+        through = p[others, s]  # (others,): mass each remaining row sends to s
+        p[np.ix_(others, others)] += through[:, None] * (p[s, others] / pivot)[None, :]
+        p[others, s] = 0.0
+    kept = np.flatnonzero(mask)
+    return p[np.ix_(kept, kept)]
+
+
+def complements(x: np.ndarray, content: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`stochastic_complement` of each matrix of a float64 (L, n, n) stack, validated as `check`
+    wants: (stack (ok layers, m, m) float64 with rows renormalised, ok (L,) bool: the layers whose
+    complement exists). Raises NotStochasticError if a complement's rows miss 1 by more than the
+    validation tolerance."""
+    parts = [stochastic_complement(layer, content) for layer in x]
+    ok = np.array([part is not None for part in parts], dtype=bool)
+    m = int(np.count_nonzero(content))
+    if not ok.any():
+        return np.empty((0, m, m), dtype=np.float64), ok
+    stack = np.stack([part for part in parts if part is not None])
+    return validate_stochastic(stack, name="content-complement"), ok
+
+
+@njit(cache=True)
+def _special_classes(a: np.ndarray, kinds: np.ndarray, kappa: float, tol: float) -> int:
+    """Bit mask of the classes (AttainingKind codes 1..5) of the pairs with a special token
+    whose kappa_ij (the oracle's) is within tol of `kappa`."""
+    n = a.shape[0]
+    bits = 0
+    for s in range(n):
+        if kinds[s] == 0:
+            continue
+        for k in range(n):
+            if k == s or (kinds[k] != 0 and k < s):  # each special-special pair once
+                continue
+            if kappa - _tv(a, s, k) <= tol:
+                bits |= 1 << (kinds[s] if kinds[k] == 0 else _SPECIAL_SPECIAL)
+    return bits
+
+
+def attaining_kinds(x: np.ndarray, kinds: np.ndarray, kappa: np.ndarray,
+                    attaining_special: np.ndarray, tol: float) -> np.ndarray:
+    """AttainingKind per matrix of a (b, n, n) stack tested by `check` with special mask
+    kinds != CONTENT: `kappa` and `attaining_special` are its results, `kinds` the (n,) TokenKind
+    of the rows. A content-only pair attains iff not `attaining_special`; the pairs with a special
+    token (at most |S| n of them) are recomputed in the oracle's order. (b,) int8."""
+    codes = np.asarray(kinds, dtype=np.int64)
+    if (codes < 0).any() or (codes > TokenKind.DIST).any():
+        raise ValueError(f"token kinds must be real tokens (0..{int(TokenKind.DIST)})")
+    out = np.empty(x.shape[0], dtype=np.int8)
+    for b in range(x.shape[0]):
+        bits = _special_classes(x[b], codes, float(kappa[b]), float(tol)) if codes.any() else 0
+        if not attaining_special[b]:
+            bits |= 1 << AttainingKind.CONTENT_ONLY
+        out[b] = _kind_of(bits)
+    return out
+
+
+def _kind_of(bits: int) -> int:
+    """The one class a bit mask holds, MIXED for several, NONE for none."""
+    if bits == 0:
+        return AttainingKind.NONE
+    if bits & (bits - 1):
+        return AttainingKind.MIXED
+    return bits.bit_length() - 1
+
+
+def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: float,
+                           out: dict[str, np.ndarray]) -> None:
+    """Fill `out` (every result variable, per layer, as `evaluate_input` makes it) with the
+    `content-pairs` reading of one input's (L, T, T) attention. The rows are the all-token
+    matrices exactly as `all` tests them; there are no rollout values (NaN): kappa over content
+    pairs is not sub-multiplicative, so the product of the layer bounds bounds nothing."""
+    content = np.asarray(token_kind) == TokenKind.CONTENT
+    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
+    verdicts = content_pairs(x, np.flatnonzero(content), tol)
+    for name, values in verdicts.items():
+        out[name][:] = values
+    out["attaining_special"][:] = False  # no pair of content tokens involves a special token
+    out["attaining_kind"][:] = AttainingKind.CONTENT_ONLY
+    out["status"][:] = ResultStatus.OK
+
+
+def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, tol: float,
+                                out: dict[str, np.ndarray]) -> None:
+    """Fill `out` with the `content-complement` reading: `check` of each layer's stochastic
+    complement on the content tokens (status SINGULAR where I - A_SS is singular), pairs on the
+    input's token axis, and the rollout of the complements (stopping at the first singular
+    layer) -- the rollout of the complements, not the complement of the rollout."""
+    content = np.asarray(token_kind) == TokenKind.CONTENT
+    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
+    stack, ok = complements(x, content)  # (ok layers, m, m)
+    out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.SINGULAR)
+    if not ok.any():
+        return
+    kept = np.flatnonzero(content)
+    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
+    for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
+                 "holds_by_characterisation", "attaining_pairs", "attaining_special"):
+        out[name][ok] = getattr(result, name)
+    has_pair = result.pair[:, 0] >= 0
+    out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
+    out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
+    out["attaining_kind"][ok] = AttainingKind.CONTENT_ONLY
+    prefix = int(np.argmin(ok)) if not ok.all() else ok.size
+    if prefix:
+        kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
+        out["rollout_kappa"][:prefix] = kappa_r
+        out["rollout_bound"][:prefix] = bound_r
+
+
+READING_EVALUATORS = {
+    "content-pairs": evaluate_content_pairs,
+    "content-complement": evaluate_content_complement,
+}
+"""The token sets evaluated here rather than by restriction (`evaluate_input` dispatches)."""
