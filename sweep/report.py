@@ -27,6 +27,8 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep.report_readings import attribution, attribution_markdown, label_readings
+from workers.token_kinds import reading_label
 
 LAST_THIRD = 2  # index of the last of three relative-depth bins
 RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
@@ -45,6 +47,7 @@ class Report:
     failures: pd.DataFrame  # 3. model, token_set: share of failures in the last third
     rescue: pd.DataFrame  # 4. model: all-token failures that hold on content tokens
     special_pairs: pd.DataFrame  # 4. model: attaining pairs that involve a special token
+    attribution: pd.DataFrame  # 4. model, kind: all-token failures by their attaining pairs
     baseline: pd.DataFrame  # 5. n: random row-stochastic matrices
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
@@ -64,15 +67,16 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         store=store,
         tol=tol,
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
-        summary=rates_from_cells(cells, by=("model", "token_set")),
-        rates=rates_from_cells(cells),
-        depth=depth,
-        failures=failures_by_depth(depth),
+        summary=label_readings(rates_from_cells(cells, by=("model", "token_set"))),
+        rates=label_readings(rates_from_cells(cells)),
+        depth=label_readings(depth),
+        failures=label_readings(failures_by_depth(depth)),
         rescue=special_token_rescue(tree, tol),
         special_pairs=special_pairs(tree, tol),
+        attribution=attribution(tree, tol),
         baseline=baseline_table(tree),
-        token_counts=token_counts(tree),
-        rollout=rollout_gap(tree),
+        token_counts=label_readings(token_counts(tree)),
+        rollout=label_readings(rollout_gap(tree)),
     )
 
 
@@ -179,19 +183,25 @@ def render_markdown(report: Report) -> str:
                                     f" (margin <= {report.sweep_tol:g})"))
     out = [f"# Dobrushin bound tightness: {report.store}", "",
            f"Verdicts: {tol}. Intervals are 95% Wilson; `k/n` counts input-layer pairs with a "
-           "verdict; pending = not computed yet, skipped = token set left no valid matrix; "
+           "verdict; pending = not computed yet, skipped = no verdict: the token set kept fewer "
+           "than two tokens, a row lost its mass, or the complement does not exist; "
            "disagreements = verdicts where the definition and the characterisation differ.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
     out += ["## 2. Per layer", ""]
-    out += _table(report.rates, ["model", "layer", "relative_depth", "token_set"], rates=True)
+    out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     out += ["## 3. Depth: where failures happen", ""]
-    out += _table(report.depth, ["model", "token_set", "depth_low", "depth_high"], rates=True)
+    out += _table(report.depth, ["model", "reading", "depth_low", "depth_high"], rates=True)
     out += ["Share of the failures that happen in the last third of the layers:", ""]
-    out += _table(report.failures, ["model", "token_set", "last_third", "failures"], rates=True,
+    out += _table(report.failures, ["model", "reading", "last_third", "failures"], rates=True,
                   counts=False)
     out += ["## 4. Special tokens", "",
-            "Of the pairs that fail on all tokens, the share that hold on content tokens:", ""]
+            "The pairs that fail on all tokens, by the token kinds of the pairs attaining kappa "
+            "(at the sweep's tolerance; mixed = attaining pairs of several kinds), and how many "
+            "of them hold on each content reading (holding/tested):", ""]
+    out += attribution_markdown(report.attribution)
+    out += ["Of the pairs that fail on all tokens, the share that hold on content tokens "
+            f"({reading_label('content')}):", ""]
     out += _table(report.rescue, ["model", "failing_all", "holding_content", "content_tested"],
                   rates=True, counts=False)
     out += ["How often every attaining pair (all tokens) involves a special token:", ""]
@@ -204,7 +214,7 @@ def render_markdown(report: Report) -> str:
     out += _table(report.baseline, ["n", "chunks_done", "chunks", "disagreements"], rates=True,
                   n="trials")
     out += ["The models' own matrix sizes n (tested inputs):", ""]
-    out += _table(report.token_counts, ["model", "token_set", "inputs", "n_min", "n_median",
+    out += _table(report.token_counts, ["model", "reading", "inputs", "n_min", "n_median",
                                         "n_max"])
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
@@ -214,8 +224,8 @@ def render_markdown(report: Report) -> str:
 def render_csv(report: Report) -> str:
     """The per-layer rates table (the JSON `rates` records) as CSV with one header row."""
     buffer = io.StringIO()
-    columns = ["model", "layer", "relative_depth", "token_set", *RATE_COLUMNS, "pending",
-               "skipped", "disagreements"]
+    columns = ["model", "layer", "relative_depth", "token_set", "reading", *RATE_COLUMNS,
+               "pending", "skipped", "disagreements"]
     writer = csv.writer(buffer, lineterminator="\n")
     writer.writerow(columns)
     for record in _records(report.rates[columns]):
@@ -290,6 +300,7 @@ def _headline(summary: pd.DataFrame) -> list[str]:
     order = list(dict.fromkeys(summary["token_set"]))
     totals = summary.groupby("model", sort=False)[["pending", "disagreements"]].sum()
     wide = wide.reindex(index=list(dict.fromkeys(summary["model"])), columns=order).fillna("–")
+    wide = wide.rename(columns=reading_label)
     wide = wide.reset_index().assign(pending=totals["pending"].to_numpy(),
                                      disagreements=totals["disagreements"].to_numpy())
     return _table(wide, list(wide.columns))

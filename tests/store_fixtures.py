@@ -35,6 +35,7 @@ class FixtureModel:
     tol: float = 1e-12
     kappa: float = 0.5
     attaining_special: np.ndarray | None = None
+    attaining_kind: np.ndarray | None = None  # AttainingKind per cell; defaults to the fill
     holds_by_characterisation: np.ndarray | None = None  # defaults to margin <= tol
     rollout_kappa: np.ndarray | None = None
     rollout_bound: np.ndarray | None = None
@@ -136,6 +137,7 @@ def _result_values(model: FixtureModel, var: str, status: np.ndarray, n_tokens) 
         "pair_j": np.ones(status.shape),
         "attaining_pairs": np.ones(status.shape),
         "attaining_special": model.attaining_special,
+        "attaining_kind": model.attaining_kind,
         "n_kept": _n_kept(model.token_sets, n_tokens, status.shape),
         "status": status,
         "rollout_kappa": model.rollout_kappa,
