@@ -20,6 +20,7 @@ from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
 from workers.baseline import baseline_blocks, holding_in_blocks
 from workers.equality import check, restrict, rollout
+from workers.readings import attaining_kinds
 from workers.token_kinds import keep_mask, special_mask
 
 MODELS = {
@@ -108,6 +109,9 @@ def numpy_loop(store: Path, model: str) -> dict[str, np.ndarray]:
                 pair = result.pair[0]
                 out["pair_i"][i, layer, s] = r.kept[pair[0]] if pair[0] >= 0 else -1
                 out["pair_j"][i, layer, s] = r.kept[pair[1]] if pair[1] >= 0 else -1
+                out["attaining_kind"][i, layer, s] = attaining_kinds(
+                    r.matrix[None], kinds[r.kept], result.kappa, result.attaining_special,
+                    1e-12)[0]
                 out["n_kept"][i, layer, s] = keep.sum()
                 out["status"][i, layer, s] = ResultStatus.OK
             kappa_r, bound_r = rollout(np.stack(restricted))
