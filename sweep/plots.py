@@ -15,9 +15,10 @@ from matplotlib.ticker import MaxNLocator
 
 from storage.query import model_names, ok
 from sweep.report import Report
+from workers.token_kinds import TOKEN_SETS, reading_label
 
 MARGIN_FLOOR = 1e-17  # margins at or below this (exact zeros included) share the leftmost bin
-TOKEN_SET_LABELS = {"all": "all tokens", "content": "content tokens"}
+TOKEN_SET_LABELS = {name: reading_label(name) for name in TOKEN_SETS}  # names the reading
 
 
 def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:

@@ -90,8 +90,10 @@ def test_json_csv_and_markdown_name_the_reading(store, capsys):
     assert main(["report", str(store), "--format", "csv"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert {r["reading"] for r in rows if r["token_set"] == "content-complement"} == {
-        "content-complement (A_CC + A_CS (I - A_SS)^-1 A_SC)"}
+        "content-complement (A[C,C] + A[C,S] (I - A[S,S])^-1 A[S,C])"}
     assert main(["report", str(store)]) == 0
     text = capsys.readouterr().out
-    assert "| content (A[C,C], renormalised) |" in text.split("## 1.")[1].split("## 2.")[0]
+    headline = text.split("## 1.")[1].split("## 2.")[0]
+    assert "| content (A[C,C], renormalised) |" in headline
+    assert "| content-complement (A[C,C] + A[C,S] (I - A[S,S])^-1 A[S,C]) |" in headline
     assert "| gamma | CLS | 2 | 50.0% [15.0%, 85.0%] (2/4) | 1/2 | 0/2 | 1/1 |" in text

@@ -22,7 +22,8 @@ TOKEN_SETS: dict[str, str] = {
     "all": "every real token (content and special): A itself",
     "content": "content tokens C only (patches, words, features): A[C,C], rows renormalised",
     "content-pairs": "kappa over pairs of content tokens only, on the full rows of the all-token A",
-    "content-complement": "the stochastic complement on C: A_CC + A_CS (I - A_SS)^-1 A_SC",
+    "content-complement": "the stochastic complement on C: A_CC + A_CS (I - A_SS)^-1 A_SC "
+                          "(S: the special tokens)",
 }
 """Every token set (reading) a sweep can test, with a one-line description; docs/readings.md
 gives their formulas."""
@@ -34,7 +35,7 @@ READING_LABELS: dict[str, str] = {
     "all": "all (A)",
     "content": "content (A[C,C], renormalised)",
     "content-pairs": "content-pairs (pairs in C, full rows of A)",
-    "content-complement": "content-complement (A_CC + A_CS (I - A_SS)^-1 A_SC)",
+    "content-complement": "content-complement (A[C,C] + A[C,S] (I - A[S,S])^-1 A[S,C])",
 }
 
 CONTENT_READINGS: tuple[str, ...] = ("content", "content-pairs", "content-complement")
