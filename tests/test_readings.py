@@ -121,7 +121,8 @@ def brute_content_pairs(a: np.ndarray, rows: np.ndarray, tol: float) -> dict:
     pair = min(within, key=lambda p: slack[p]) if within else (-1, -1)
     return {"kappa": kappa, "kappa_factor": kappa_factor, "bound": 0.5 * (1.0 + kappa),
             "margin": 0.5 * (1.0 + kappa) - kappa_factor, "pair": pair,
-            "attaining_pairs": sum(kappa - v <= tol for v in ka.values())}
+            "attaining_pairs": sum(kappa - v <= tol for v in ka.values()),
+            "slack": min(slack.values())}
 
 
 def random_attention(rng: np.random.Generator, n: int) -> np.ndarray:
@@ -147,7 +148,7 @@ def test_content_pairs_equal_the_float64_brute_force_bit_for_bit(seed):
     got = content_pairs(stack, rows, 1e-12)
     for b, a in enumerate(stack):
         want = brute_content_pairs(a, rows, 1e-12)
-        for name in ("kappa", "kappa_factor", "bound", "margin", "attaining_pairs"):
+        for name in ("kappa", "kappa_factor", "bound", "margin", "attaining_pairs", "slack"):
             assert got[name][b] == want[name], (name, b)
         assert (got["pair_i"][b], got["pair_j"][b]) == want["pair"]
         assert got["holds"][b] == got["holds_by_characterisation"][b] == (want["margin"] <= 1e-12)

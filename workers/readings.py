@@ -56,9 +56,10 @@ def _tv_factor(a: np.ndarray, i: int, j: int) -> float:
 def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
     """`content-pairs` of one (n, n) matrix over the pairs of `rows` (sorted token indices).
 
-    Returns (kappa, kappa_factor, holds_by_characterisation, pair_i, pair_j, attaining_pairs);
-    the pair (on the token axis) minimises the combined slack (kappa - kappa_ij)/2 + s_ij/2 among
-    the pairs where it is <= tol (-1, -1 when none), first in row-major order on ties.
+    Returns (kappa, kappa_factor, holds_by_characterisation, pair_i, pair_j, attaining_pairs,
+    slack); the pair (on the token axis) minimises the combined slack
+    (kappa - kappa_ij)/2 + s_ij/2 among the pairs where it is <= tol (-1, -1 when none), first in
+    row-major order on ties; `slack` is the least combined slack over all the pairs.
     """
     m = rows.shape[0]
     n = a.shape[1]
@@ -80,6 +81,7 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
     kappa_factor = -np.inf
     attaining = 0
     best_slack = np.inf
+    least_slack = np.inf
     pair_i = -1
     pair_j = -1
     c = 0
@@ -91,18 +93,19 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
             if kappa - ka[c] <= tol:
                 attaining += 1
             slack = 0.5 * (kappa - ka[c]) + 0.5 * _gap(a, i, j)
+            least_slack = min(least_slack, slack)
             if slack <= tol and slack < best_slack:
                 best_slack, pair_i, pair_j = slack, i, j
             c += 1
-    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining
+    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining, least_slack
 
 
 @njit(cache=True)
 def _pairs_stack(x: np.ndarray, rows: np.ndarray, tol: float, out_f: np.ndarray,
                  out_i: np.ndarray) -> None:
     for b in range(x.shape[0]):
-        kappa, kappa_factor, holds, pair_i, pair_j, attaining = _pairs_one(x[b], rows, tol)
-        out_f[b, 0], out_f[b, 1] = kappa, kappa_factor
+        kappa, kappa_factor, holds, pair_i, pair_j, attaining, slack = _pairs_one(x[b], rows, tol)
+        out_f[b, 0], out_f[b, 1], out_f[b, 2] = kappa, kappa_factor, slack
         out_i[b, 0], out_i[b, 1], out_i[b, 2], out_i[b, 3] = holds, pair_i, pair_j, attaining
 
 
@@ -110,12 +113,13 @@ def content_pairs(x: np.ndarray, rows: np.ndarray, tol: float) -> dict[str, np.n
     """The `content-pairs` reading of a validated float64 (b, n, n) stack over the pairs i < j
     of `rows` (sorted token indices, at least two): per matrix (b,) kappa, kappa_factor, bound,
     margin, holds (margin <= tol), holds_by_characterisation, pair_i/pair_j (token axis, -1 when
-    no pair is self-dominant within the combined slack) and attaining_pairs."""
+    no pair is self-dominant within the combined slack), attaining_pairs and slack (the least
+    combined slack over the pairs: the characterisation holds iff it is <= tol)."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     if rows.ndim != 1 or rows.size < 2:
         raise ValueError(f"content-pairs needs at least two content tokens, got {rows.size}")
     x = np.ascontiguousarray(x, dtype=np.float64)
-    out_f = np.empty((x.shape[0], 2), dtype=np.float64)
+    out_f = np.empty((x.shape[0], 3), dtype=np.float64)
     out_i = np.empty((x.shape[0], 4), dtype=np.int64)
     _pairs_stack(x, rows, float(tol), out_f, out_i)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
@@ -125,7 +129,7 @@ def content_pairs(x: np.ndarray, rows: np.ndarray, tol: float) -> dict[str, np.n
         "kappa": kappa, "kappa_factor": kappa_factor, "bound": bound, "margin": margin,
         "holds": margin <= tol, "holds_by_characterisation": out_i[:, 0].astype(bool),
         "pair_i": out_i[:, 1].copy(), "pair_j": out_i[:, 2].copy(),
-        "attaining_pairs": out_i[:, 3].copy(),
+        "attaining_pairs": out_i[:, 3].copy(), "slack": out_f[:, 2].copy(),
     }
 
 
@@ -224,7 +228,8 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
     x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
     verdicts = content_pairs(x, np.flatnonzero(content), tol)
     for name, values in verdicts.items():
-        out[name][:] = values
+        if name in out:  # `slack` only where the store has such a variable
+            out[name][:] = values
     out["attaining_special"][:] = False  # no pair of content tokens involves a special token
     out["attaining_kind"][:] = AttainingKind.CONTENT_ONLY
     out["status"][:] = ResultStatus.OK
