@@ -173,3 +173,11 @@ def test_a_store_without_controls_says_so(tmp_path):
     report = build_report(open_results(path))
     assert report.controls.empty
     assert "(no model with a control in this store)" in render_markdown(report)
+
+
+def test_the_default_sweep_controls_minilm_and_the_ft_models():
+    from sweep.config import default_config_path, load_config
+
+    models = load_config(default_config_path()).models
+    for name in ("minilm-l6", "ft-cancer", "ft-wine"):
+        assert models[f"{name}@random-init"].options.get("random_init") is True
