@@ -97,3 +97,29 @@ def test_model_and_control_see_the_same_inputs_and_token_sets(swept, name):
     assert not np.array_equal(trained["attention"][:], control["attention"][:])
     done = control["results"]["status"][:]
     assert (done == trained["results"]["status"][:]).all()
+
+
+def test_hf_image_checkpoint_control_uses_its_config_and_processor(tmp_path):
+    from workers.inputs import DatasetSpec, open_dataset
+
+    tiny = load_extractor(resolve_model("tiny-dinov2-reg"), device="cpu")
+    tiny.model.save_pretrained(tmp_path, safe_serialization=True)
+    tiny.processor.save_pretrained(tmp_path)
+    spec = resolve_model(f"hf:{tmp_path}", image_size=84)
+    trained = load_extractor(spec, device="cpu")
+    control = load_extractor(replace(spec, random_init=True), device="cpu")
+    keys = ("hidden_size", "num_hidden_layers", "num_attention_heads", "patch_size", "image_size",
+            "num_register_tokens")
+    assert [getattr(control.config, k) for k in keys] == [getattr(trained.config, k) for k in keys]
+    dataset = open_dataset(DatasetSpec(kind="image", source="sklearn:sample_images", limit=2))
+    items = dataset.load(range(2))
+    batch, control_batch = trained.prepare(items), control.prepare(items)
+    assert torch.equal(batch.inputs["pixel_values"], control_batch.inputs["pixel_values"])
+    ours, theirs = trained.extract(items, ["a", "b"]), control.extract(items, ["a", "b"])
+    for a, b in zip(ours, theirs, strict=True):
+        np.testing.assert_array_equal(a.token_kind, b.token_kind)  # CLS, 4 registers, 36 patches
+        assert a.attention.shape == b.attention.shape == (2, 41, 41)
+        assert np.abs(a.attention - b.attention).max() > 1e-5  # near-uniform both: small logits
+    mine, theirs = trained.model.state_dict(), control.model.state_dict()
+    matrices = [k for k, v in mine.items() if k.endswith("weight") and v.ndim == 2]
+    assert matrices and all(not torch.equal(mine[k], theirs[k]) for k in matrices)
