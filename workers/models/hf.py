@@ -16,7 +16,6 @@ through `interpolate_pos_encoding`).
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import inspect
 from collections.abc import Sequence
@@ -61,12 +60,11 @@ def model_location(source: str) -> str:
 
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
-    if spec.random_init:
-        config = _config(spec)
-        with seeded(control_seed(spec.seed)):
-            # from_config mutates the config it is given: pass a copy.
-            model = AutoModel.from_config(copy.deepcopy(config), attn_implementation="eager")
-    elif spec.pretrained:
+    if spec.random_init or not spec.pretrained:  # a control, or a tiny preset
+        with seeded(control_seed(spec.seed) if spec.random_init else spec.seed):
+            # a fresh config: from_config mutates the one it is given
+            model = AutoModel.from_config(_config(spec), attn_implementation="eager")
+    else:
         hf_logging.disable_progress_bar()  # a bar per model load would bury the sweep's own
         try:
             model = AutoModel.from_pretrained(
@@ -78,10 +76,6 @@ def build_model(spec: ModelSpec) -> torch.nn.Module:
             raise InputError(
                 f"model {spec.name!r}: cannot load {spec.source!r}: {message}"
             ) from error
-    else:
-        with seeded(spec.seed):
-            # from_config mutates the config it is given: pass a copy.
-            model = AutoModel.from_config(_config(spec), attn_implementation="eager")
     if model.config._attn_implementation != "eager":
         raise ExtractionError(
             f"model {spec.name!r} runs {model.config._attn_implementation!r} attention, which "
