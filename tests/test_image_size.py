@@ -129,3 +129,17 @@ def test_timm_presets_name_registered_checkpoints_and_their_token_layout(name, t
     small = timm.create_model(tag, pretrained=False, embed_dim=32, depth=1, num_heads=4)
     assert prefix_kinds(small) == prefix
 
+
+
+def test_extract_cli_takes_an_image_size_and_a_random_init_control(tmp_path):
+    from sweep.cli import main
+
+    runs = {}
+    for name, flags in (("model", []), ("control", ["--random-init"])):
+        out = tmp_path / f"{name}.npz"
+        assert main(["extract", "tiny-vit", "sklearn:sample_images", "--limit", "1",
+                     "--image-size", "96", "--device", "cpu", "--out", str(out), *flags]) == 0
+        runs[name] = np.load(out)
+    assert runs["model"]["attention_0"].shape == (2, 37, 37)
+    np.testing.assert_array_equal(runs["model"]["token_kind_0"], runs["control"]["token_kind_0"])
+    assert not np.array_equal(runs["model"]["attention_0"], runs["control"]["attention_0"])
