@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from storage.layout import BOOKKEEPING_DIR
+from sweep.controls import expand_controls
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.errors import InputError
@@ -91,6 +92,7 @@ class ModelConfig(_Frozen):
     dtype: Dtype | None = None
     device: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    control: Literal["random-init"] | None = None  # adds `<name>@random-init` (sweep.controls)
 
 
 class BaselineConfig(_Frozen):
@@ -202,7 +204,7 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
         message = MESSAGES.get(first["type"], first["msg"])
         raise InputError(f"{_key_path(first['loc'])}: {message}") from None
     _check_references(config)
-    return config
+    return expand_controls(config)
 
 
 def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:

@@ -27,6 +27,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep.report_controls import controls_table, markdown_section
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from workers.token_kinds import reading_label
 
@@ -51,6 +52,7 @@ class Report:
     baseline: pd.DataFrame  # 5. n: random row-stochastic matrices
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
+    controls: pd.DataFrame  # model, control, token_set: trained vs random-init rates
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -63,11 +65,12 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         ["model", "token_set", "depth"], kind="stable", ignore_index=True,
         key=lambda column: column.map(order) if column.name == "model" else column,
     )
+    summary = rates_from_cells(cells, by=("model", "token_set"))
     return Report(
         store=store,
         tol=tol,
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
-        summary=label_readings(rates_from_cells(cells, by=("model", "token_set"))),
+        summary=label_readings(summary),
         rates=label_readings(rates_from_cells(cells)),
         depth=label_readings(depth),
         failures=label_readings(failures_by_depth(depth)),
@@ -77,6 +80,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         baseline=baseline_table(tree),
         token_counts=label_readings(token_counts(tree)),
         rollout=label_readings(rollout_gap(tree)),
+        controls=label_readings(controls_table(summary)),
     )
 
 
@@ -188,6 +192,7 @@ def render_markdown(report: Report) -> str:
            "disagreements = verdicts where the definition and the characterisation differ.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
+    out += markdown_section(report.controls)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     out += ["## 3. Depth: where failures happen", ""]
@@ -221,9 +226,22 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out)
 
 
-def render_csv(report: Report) -> str:
-    """The per-layer rates table (the JSON `rates` records) as CSV with one header row."""
+def table_names() -> list[str]:
+    """The report's tables, by their JSON keys (what `render_csv` can write)."""
+    return [f.name for f in fields(Report) if f.type in ("pd.DataFrame", pd.DataFrame)]
+
+
+def render_csv(report: Report, table: str = "rates") -> str:
+    """The per-layer rates table (the JSON `rates` records) as CSV with one header row, or
+    another of the report's tables by its JSON key (e.g. `controls`)."""
     buffer = io.StringIO()
+    if table != "rates":
+        frame = getattr(report, table)
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(frame.columns)
+        for record in _records(frame):
+            writer.writerow(["" if value is None else value for value in record.values()])
+        return buffer.getvalue()
     columns = ["model", "layer", "relative_depth", "token_set", "reading", *RATE_COLUMNS,
                "pending", "skipped", "disagreements"]
     writer = csv.writer(buffer, lineterminator="\n")

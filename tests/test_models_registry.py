@@ -12,8 +12,8 @@ from workers.models import PRESETS, ModelSpec, resolve_model
 
 STUDY = [
     "dinov2-small", "dinov2-base", "dinov2-large", "dinov2-small-reg", "dinov2-base-reg",
-    "dinov2-large-reg", "roberta-base", "distilbert-base", "deit-base", "vit-base-16",
-    "ft-transformer",
+    "dinov2-large-reg", "roberta-base", "distilbert-base", "deit-base", "deit-base-distilled",
+    "vit-base-16", "vit-base-16-orig", "ft-transformer",
 ]
 TINY = ["tiny-dinov2", "tiny-dinov2-reg", "tiny-roberta", "tiny-distilbert", "tiny-vit",
         "tiny-deit", "tiny-deit-distilled"]
@@ -21,7 +21,8 @@ TINY = ["tiny-dinov2", "tiny-dinov2-reg", "tiny-roberta", "tiny-distilbert", "ti
 
 def test_every_study_model_and_tiny_model_is_a_preset():
     assert set(STUDY + TINY) <= set(PRESETS)
-    assert PRESETS["deit-base"].source == "deit_base_distilled_patch16_224"
+    assert PRESETS["deit-base"].source == "deit_base_patch16_224.fb_in1k"  # not distilled
+    assert PRESETS["deit-base-distilled"].source == "deit_base_distilled_patch16_224.fb_in1k"
     assert PRESETS["dinov2-base-reg"].source == "facebook/dinov2-with-registers-base"
     assert all(not PRESETS[name].pretrained for name in TINY)
 

@@ -158,10 +158,22 @@ def prepare_model(
     spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
 ) -> None:
     """Train and cache what a model needs before workers load it (FT-Transformer); else no-op."""
+    _refuse_ft_control(spec)
     if spec.family == "ft-transformer":
         from workers.models import ft_transformer
 
         ft_transformer.ensure_checkpoint(spec, dataset, Path(cache_dir or default_cache_dir()))
+
+
+def _refuse_ft_control(spec: ModelSpec) -> None:
+    """FT-Transformer random-init controls come with the FT rewrite (area 3), which honours
+    `random_init`; until then this adapter would train the control like the model. MERGE: delete
+    this guard and its two calls once `workers.models.ft_transformer` honours `random_init`."""
+    if spec.family == "ft-transformer" and spec.random_init:
+        raise InputError(
+            f"model {spec.name!r}: random-init controls of FT-Transformer need the FT adapter "
+            "that honours random_init (not on this branch yet)"
+        )
 
 
 def load_extractor(
@@ -173,6 +185,7 @@ def load_extractor(
     cache_dir: str | Path | None = None,
 ) -> Extractor:
     """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
+    _refuse_ft_control(spec)
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
     if spec.family == "hf":
         from workers.models import hf

@@ -37,6 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--target", default="target", help="CSV target column (tabular)")
     parser.add_argument("--weights", help="local .safetensors weights (timm sources)")
     parser.add_argument("--cache-dir", type=Path, help="FT-Transformer checkpoint cache")
+    parser.add_argument("--image-size", type=int, metavar="N",
+                        help="image models: resize and crop inputs to N pixels")
+    parser.add_argument("--random-init", action="store_true",
+                        help="the model's random-init control: same architecture and "
+                        "preprocessing, seeded random weights")
     parser.set_defaults(func=run)
 
 
@@ -52,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
         **({"source": args.inputs} if is_source else {"path": args.inputs}),
     )
     dataset = open_dataset(spec)
-    model = resolve_model(args.model, **({"weights": args.weights} if args.weights else {}))
+    options = {"weights": args.weights, "image_size": args.image_size}
+    model = resolve_model(args.model, random_init=args.random_init,
+                          **{key: value for key, value in options.items() if value is not None})
     if model.modality != kind:
         raise InputError(f"model {args.model!r} takes {model.modality} inputs, not {kind}")
     prepare_model(model, dataset, args.cache_dir)

