@@ -27,6 +27,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep.report_nulls import lift_lines, null_lifts
 
 LAST_THIRD = 2  # index of the last of three relative-depth bins
 RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
@@ -48,6 +49,7 @@ class Report:
     baseline: pd.DataFrame  # 5. n: random row-stochastic matrices
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
+    nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -60,11 +62,12 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         ["model", "token_set", "depth"], kind="stable", ignore_index=True,
         key=lambda column: column.map(order) if column.name == "model" else column,
     )
+    summary = rates_from_cells(cells, by=("model", "token_set"))
     return Report(
         store=store,
         tol=tol,
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
-        summary=rates_from_cells(cells, by=("model", "token_set")),
+        summary=summary,
         rates=rates_from_cells(cells),
         depth=depth,
         failures=failures_by_depth(depth),
@@ -73,6 +76,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         baseline=baseline_table(tree),
         token_counts=token_counts(tree),
         rollout=rollout_gap(tree),
+        nulls=null_lifts(tree, summary),
     )
 
 
@@ -122,8 +126,9 @@ def special_pairs(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
 
 
 def baseline_table(tree: xr.DataTree) -> pd.DataFrame:
-    """The baseline node as records: n, trials, holding, rate, CI, disagreements, chunks done."""
-    columns = ["n", "trials", "holding", "rate", "ci_low", "ci_high", "disagreements",
+    """The baseline node as records: null, n, trials, holding, rate, CI, disagreements, chunks
+    done."""
+    columns = ["null", "n", "trials", "holding", "rate", "ci_low", "ci_high", "disagreements",
                "chunks_done", "chunks"]
     if BASELINE_GROUP not in tree.children:
         return pd.DataFrame(columns=columns)
@@ -183,6 +188,11 @@ def render_markdown(report: Report) -> str:
            "disagreements = verdicts where the definition and the characterisation differ.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
+    if report.nulls is not None:
+        out += ["Beside size-matched nulls (random matrices at the sizes of the model's own "
+                "tested matrices; the null's rate, then the lift observed - null in percentage "
+                "points, 95% Newcombe interval):", ""]
+        out += lift_lines(report.nulls)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "token_set"], rates=True)
     out += ["## 3. Depth: where failures happen", ""]
@@ -201,8 +211,8 @@ def render_markdown(report: Report) -> str:
     )
     out += _table(pairs, ["model", "all_pairs", "failing_pairs"])
     out += ["## 5. Baseline: random row-stochastic matrices", ""]
-    out += _table(report.baseline, ["n", "chunks_done", "chunks", "disagreements"], rates=True,
-                  n="trials")
+    out += _table(report.baseline, ["null", "n", "chunks_done", "chunks", "disagreements"],
+                  rates=True, n="trials")
     out += ["The models' own matrix sizes n (tested inputs):", ""]
     out += _table(report.token_counts, ["model", "token_set", "inputs", "n_min", "n_median",
                                         "n_max"])

@@ -79,8 +79,8 @@ def test_baseline_prints_one_record_per_size(capsys):
 def test_baseline_text_format(capsys):
     assert main(["baseline", "--sizes", "3", "--trials", "200", "--format", "text"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:4] == ["n", "trials", "holding", "rate"]
-    assert lines[1].split()[:2] == ["3", "200"]
+    assert lines[0].split()[:5] == ["null", "n", "trials", "holding", "rate"]
+    assert lines[1].split()[:3] == ["uniform", "3", "200"]
 
 
 @pytest.mark.parametrize(
