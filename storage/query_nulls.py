@@ -106,7 +106,9 @@ def matched_null_table(tree: xr.DataTree, models: list[str]) -> pd.DataFrame:
     for name in models:
         if NULLS_GROUP not in tree[name].children:
             continue
-        frame = tree[name][NULLS_GROUP].to_dataset(inherit=False).to_dataframe().reset_index()
+        ds = tree[name][NULLS_GROUP].to_dataset()  # token_set is inherited from the model node
+        ds = ds.drop_vars([c for c in ds.coords if c not in ("null", "token_set")])
+        frame = ds.to_dataframe().reset_index()
         frames.append(frame.assign(model=name))
     if not frames:
         return pd.DataFrame(columns=columns)

@@ -52,7 +52,9 @@ def done_markers(store: Path) -> list[Path]:
     return sorted((store / ".sweep" / "markers").rglob("*.done"))
 
 
-N_TASKS = 2 * (6 + 8) + 2 * 3  # extract + test per shard of both models, baseline chunks
+N_NULLS = 5  # every null, by default
+# extract + test per shard of both models, baseline chunks per null, matched nulls per model
+N_TASKS = 2 * (6 + 8) + N_NULLS * 2 * 3 + 2 * N_NULLS
 
 
 @pytest.fixture(scope="module")

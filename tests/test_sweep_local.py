@@ -127,11 +127,12 @@ def test_dask_results_equal_a_numpy_loop_over_the_stored_attention(swept, model)
 
 def test_baseline_counts_equal_the_unchunked_count(swept):
     group = zarr.open_group(str(swept["dask"] / "baseline"), mode="r")
-    for row, n in enumerate((2, 5)):
-        holding, _ = holding_in_blocks(n, 3, baseline_blocks(2500))
-        assert group["holding"][row].sum() == holding
-        assert group["trials"][row].tolist() == [1000, 1000, 500]
-        assert group["disagreements"][row].sum() == 0
+    for index, null in enumerate(group["null"][:].tolist()):
+        for row, n in enumerate((2, 5)):
+            holding, _ = holding_in_blocks(n, 3, baseline_blocks(2500), null=null)
+            assert group["holding"][index, row].sum() == holding
+            assert group["trials"][index, row].tolist() == [1000, 1000, 500]
+            assert group["disagreements"][index, row].sum() == 0
 
 
 def test_in_process_runner_equals_dask_runner_value_for_value(swept):
