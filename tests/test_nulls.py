@@ -47,6 +47,15 @@ def test_softmax_rows_are_the_softmax_of_beta_times_the_generators_normals(beta)
                                rtol=1e-13, atol=0)
 
 
+def test_softmax_at_a_huge_beta_subtracts_the_row_maximum_and_stays_finite():
+    z = 300.0 * np.random.default_rng(2).standard_normal((2, 3, 3))  # exp(z) would overflow
+    shifted = np.exp(z - z.max(axis=2, keepdims=True))
+    by_hand = shifted / shifted.sum(axis=2, keepdims=True)
+    drawn = draw_softmax(np.random.default_rng(2), 2, 3, beta=300.0)
+    assert np.isfinite(drawn).all()
+    np.testing.assert_allclose(drawn, by_hand, rtol=1e-12, atol=1e-300)
+
+
 def test_softmax_of_a_two_logit_row_by_hand():
     class FixedNormals:  # a generator stand-in whose normals are chosen by hand
         def standard_normal(self, size):
