@@ -25,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--sizes", default=DEFAULT_SIZES, help=f"comma list (default {DEFAULT_SIZES})"
     )
-    parser.add_argument("--trials", type=int, default=10_000, help="trials a size (default 10000)")
+    parser.add_argument("--trials", type=parse_trials, default=10_000,
+                        help="trials per null and size, e.g. 10000 or 1e6 (default 10000)")
     parser.add_argument("--seed", type=int, default=0, help="root seed, >= 0 (default 0)")
     parser.add_argument(
         "--null", action="append", metavar="NAME",
@@ -34,6 +35,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--format", choices=("json", "text"), default="json")
     parser.set_defaults(func=run)
+
+
+def parse_trials(text: str) -> int:
+    """'10000' or '1e12' -> an int; argparse's one-line error for anything not a whole number."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value.is_integer() or value > 2**62:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number of trials")
+    return int(value)
 
 
 def parse_sizes(text: str) -> list[int]:
