@@ -40,6 +40,7 @@ def write_config(folder: Path, models=("vit", "ft"), extra: str = "",
         "models:",
         *(f"  {name}: {MODELS[name]}" for name in models),
         "baseline: {sizes: [2, 5], trials: 2500, seed: 3, chunk_trials: 1000}",
+        "matched_nulls: {trials: 2000, chunk_trials: 1000}",
     ]
     path = folder / "sweep.yaml"
     path.write_text("\n".join(lines) + "\n")
