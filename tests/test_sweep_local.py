@@ -20,6 +20,7 @@ from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
 from workers.baseline import baseline_blocks, holding_in_blocks
 from workers.equality import check, restrict, rollout
+from workers.nulls import NULLS
 from workers.token_kinds import keep_mask, special_mask
 
 MODELS = {
@@ -180,7 +181,9 @@ def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monke
         assert state.state == "failed" and "injected failure" in state.error
         monkeypatch.setattr(workers.tasks, "run_test", real)
         rerun = run_sweep(config, DaskExecutor(client), progress=False)
-    assert rerun.completed == ["test-vit-00001"] and rerun.exit_code == 0
+    # the test, then the size-matched nulls that waited for it (blocked in the first run)
+    assert sorted(rerun.completed) == sorted(["test-vit-00001", *null_keys()])
+    assert rerun.exit_code == 0
     assert markers.read_state(config.store, "vit", "test-00001").state == "done"
 
 
@@ -194,8 +197,13 @@ def test_in_process_runner_retries_and_blocks_the_test_of_a_failed_extraction(
     monkeypatch.setattr(workers.tasks, "run_extract", broken)
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert sorted(summary.failed) == ["extract-vit-00000", "extract-vit-00001"]
-    assert summary.blocked == ["test-vit-00000", "test-vit-00001"]
+    assert summary.blocked == ["test-vit-00000", "test-vit-00001", *null_keys()]
     assert summary.exit_code == 1
+
+
+def null_keys(model: str = "vit") -> list[str]:
+    """The size-matched null tasks of a model (2 chunks of every null), in plan order."""
+    return [f"nulls-{model}-{null}-c{chunk:05d}" for null in NULLS for chunk in range(2)]
 
 
 def test_second_concurrent_run_is_refused(tmp_path, capsys):
@@ -227,7 +235,8 @@ def test_adding_a_model_extends_without_recomputing_the_others(tmp_path):
     summary = run_sweep(extended, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0
     assert sorted(summary.completed) == sorted(
-        f"{stage}-rob-{shard:05d}" for stage in ("extract", "test") for shard in (0, 1))
+        [f"{stage}-rob-{shard:05d}" for stage in ("extract", "test") for shard in (0, 1)]
+        + null_keys("rob"))
     assert {p: p.stat().st_mtime_ns for p in done} == stamps
     after = arrays(config.store)
     assert_same_arrays(before, {k: v for k, v in after.items() if not k.startswith("rob/")})
