@@ -36,9 +36,9 @@ def test_planning_ten_million_trials_takes_under_a_second_and_little_memory():
     config = parse_config({"store": "/tmp/never-written.zarr", "baseline": {
         "sizes": [2], "trials": 10**7, "chunk_trials": 1000, "nulls": ["uniform"]}})
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()  # CPU time: this machine is shared, wall time is not ours
     plan = build_plan(config, {})
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     tasks = [t for t in plan.tasks if isinstance(t, BaselineTask)]
@@ -56,14 +56,14 @@ def test_a_huge_run_starts_at_once_in_little_memory():
         raise Stop(done)
 
     tracemalloc.start()
-    start = time.perf_counter()
+    start = time.process_time()
     with pytest.raises(Stop) as stopped:
         run_baseline([2, 256], 10**12, 0, progress=stop_after_first_block)
-    elapsed = time.perf_counter() - start
+    elapsed = time.process_time() - start
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert stopped.value.args == (BLOCK,)
-    assert elapsed < 10, f"the first block took {elapsed:.1f} s"
+    assert elapsed < 10, f"the first block took {elapsed:.1f} s of CPU"
     assert peak < 64 * 2**20, f"peaked at {peak / 2**20:.1f} MiB before the first block"
 
 
@@ -71,8 +71,10 @@ def test_a_huge_run_starts_at_once_in_little_memory():
 def test_ctrl_c_stops_a_huge_baseline_with_exit_130_and_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "sweep", "baseline", "--sizes", "64", "--trials",
-         "1000000000000", "--null", "all"],
+        # n = 256: the time goes to compiled kernels, where a raw KeyboardInterrupt would
+        # surface as numba's SystemError
+        [sys.executable, "-m", "sweep", "baseline", "--sizes", "256", "--trials", "1e12",
+         "--null", "all"],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     err = bytearray()
     reader = threading.Thread(target=lambda: _drain(process.stderr, err), daemon=True)

@@ -76,10 +76,10 @@ def chunk_span(trials: int, chunk_trials: int, chunk: int) -> BlockSpan:
 
 def holding_in_blocks(
     n: int, seed: int, blocks: Iterable[tuple[int, int]], tol: float = DEFAULT_TOL,
-    null: str = "uniform",
+    null: str = "uniform", progress: Callable[[int], None] | None = None,
 ) -> tuple[int, int]:
     """(holding, disagreements) over the given (block index, trials) blocks of size-n trials of
-    `null`.
+    `null`; `progress(b)` after each draw of b matrices (at most 32 MiB of them).
 
     holding counts matrices with margin <= tol; disagreements counts matrices where that
     definition and the characterisation disagree (expected 0, reported, never hidden).
@@ -89,7 +89,7 @@ def holding_in_blocks(
     for index, count in blocks:
         key = model.config_key(n, index)
         rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=key))
-        h, d = count_holding(model, rng, n, count, tol)
+        h, d = count_holding(model, rng, n, count, tol, progress)
         holding, disagreements = holding + h, disagreements + d
     return holding, disagreements
 
@@ -131,8 +131,9 @@ def run_baseline(
     nulls: Sequence[str] = ("uniform",),
 ) -> list[dict]:
     """One `baseline_record` per (null, size), nulls outer, in-process; `progress(trials_done)`
-    after each block. Streams blocks: memory is flat in `trials`. InputError for bad arguments
-    and for sizes whose matrices cannot fit in this machine's memory."""
+    after each draw (at most 32 MiB of matrices: a block, for small n). Streams blocks: memory is
+    flat in `trials`. InputError for bad arguments and for sizes whose matrices cannot fit in
+    this machine's memory."""
     if trials < 1 or seed < 0 or not sizes or any(n < 1 for n in sizes):
         raise InputError(
             f"baseline needs trials >= 1, seed >= 0 and sizes >= 1; got trials={trials}, "
@@ -145,10 +146,8 @@ def run_baseline(
     for null in nulls:
         for n in sizes:
             holding = disagreements = 0
-            for block in baseline_blocks(trials):
-                h, d = holding_in_blocks(n, seed, [block], null=null)
-                holding, disagreements = holding + h, disagreements + d
-                if progress is not None:
-                    progress(block[1])
+            h, d = holding_in_blocks(n, seed, baseline_blocks(trials), null=null,
+                                     progress=progress)
+            holding, disagreements = holding + h, disagreements + d
             records.append(baseline_record(n, trials, holding, disagreements, null))
     return records

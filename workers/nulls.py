@@ -155,17 +155,21 @@ def check_sizes_fit(sizes: Iterable[int], memory: int | None = None) -> None:
 
 
 def count_holding(null: NullModel, rng: np.random.Generator, n: int, count: int,
-                  tol: float = DEFAULT_TOL) -> tuple[int, int]:
+                  tol: float = DEFAULT_TOL,
+                  progress: Callable[[int], None] | None = None) -> tuple[int, int]:
     """(holding, disagreements) among `count` size-n draws of `null` from `rng`.
 
-    Draws at most DRAW_BYTES at once, so memory does not grow with `count`. holding counts
-    matrices with margin <= tol; disagreements those where the definition and the
-    characterisation differ (expected 0, reported, never hidden).
+    Draws at most DRAW_BYTES at once, so memory does not grow with `count`; `progress(b)` after
+    each draw of b matrices. holding counts matrices with margin <= tol; disagreements those
+    where the definition and the characterisation differ (expected 0, reported, never hidden).
     """
     holding = disagreements = 0
     per_draw = max(1, DRAW_BYTES // (8 * n * n))
     for start in range(0, count, per_draw):
-        result = check(null.draw(rng, min(per_draw, count - start), n), tol=tol, validate=False)
+        b = min(per_draw, count - start)
+        result = check(null.draw(rng, b, n), tol=tol, validate=False)
         holding += int(np.count_nonzero(result.holds))
         disagreements += result.disagreements
+        if progress is not None:
+            progress(b)
     return holding, disagreements

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from tqdm import tqdm
 
@@ -65,13 +69,37 @@ def parse_sizes(text: str) -> list[int]:
     return sizes
 
 
+@contextmanager
+def interrupt_between_draws() -> Iterator[threading.Event]:
+    """Ctrl-C sets the yielded event instead of raising where it lands: inside a compiled kernel
+    numba would turn KeyboardInterrupt into a SystemError. The caller raises KeyboardInterrupt
+    between draws. Only in the main thread (elsewhere signals cannot be handled: a no-op)."""
+    hit = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield hit
+        return
+    previous = signal.signal(signal.SIGINT, lambda *_: hit.set())
+    try:
+        yield hit
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the baseline in-process; a progress bar on stderr from the first half second."""
+    """Run the baseline in-process; a progress bar on stderr from the first half second; Ctrl-C
+    stops it after the current draw (KeyboardInterrupt: `sweep.cli` exits 130)."""
     sizes = parse_sizes(args.sizes)
     nulls = parse_nulls(args.null or ["uniform"])
     total = args.trials * len(sizes) * len(nulls) if args.trials > 0 else None
-    with tqdm(total=total, unit="trial", delay=0.5, desc="baseline") as bar:
-        records = run_baseline(sizes, args.trials, args.seed, progress=bar.update, nulls=nulls)
+    with tqdm(total=total, unit="trial", delay=0.5, desc="baseline") as bar, \
+            interrupt_between_draws() as interrupted:
+
+        def step(done: int) -> None:
+            bar.update(done)
+            if interrupted.is_set():
+                raise KeyboardInterrupt
+
+        records = run_baseline(sizes, args.trials, args.seed, progress=step, nulls=nulls)
     if args.format == "json":
         for record in records:
             print(json.dumps(record))
