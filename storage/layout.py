@@ -11,11 +11,20 @@ One Zarr v3 store per sweep (a directory). Layout::
     /<model>/token_kind       (input, token)               int8  TokenKind, PAD beyond n_tokens
     /<model>/attention        (input, layer, query, key)   float32, zero beyond n_tokens
     /<model>/results/<var>    see RESULT_VARS               one value per (input, layer, token_set)
-    /baseline/holding         (size, chunk)                int64 holding matrices per trial chunk
-    /baseline/trials          (size, chunk)                int64 trials per trial chunk
-    /baseline/disagreements   (size, chunk)                int64 definition != characterisation
+    /<model>/nulls/holding    (null, token_set, chunk)     int64 size-matched null: holding
+    /<model>/nulls/trials     (null, token_set, chunk)     int64 trials drawn (0: no tested cell)
+    /<model>/nulls/disagreements (null, token_set, chunk)  int64 definition != characterisation
+    /<model>/nulls/null       (null,)                      str   null names (workers.nulls)
+                              attrs: nulls, token_sets, trials, seed, chunk_trials, tol
+    /baseline/holding         (null, size, chunk)          int64 holding matrices per trial chunk
+    /baseline/trials          (null, size, chunk)          int64 trials per trial chunk
+    /baseline/disagreements   (null, size, chunk)          int64 definition != characterisation
     /baseline/n               (size,)                      int64 matrix sizes
-                              attrs: sizes, trials, seed, chunk_trials, tol
+    /baseline/null            (null,)                      str   null names (workers.nulls)
+                              attrs: nulls, sizes, trials, seed, chunk_trials, tol
+
+Stores written before named nulls have (size, chunk) baseline arrays and no `null` array: the
+readers take them as the `uniform` null (whose stream is unchanged).
 
 Bookkeeping that is not Zarr data lives in `<store>/.sweep/` (BOOKKEEPING_DIR): the lock file,
 completion markers (`markers/<model or baseline>/<stage>-<index>.done|.failed`) and cached
@@ -38,6 +47,8 @@ BASELINE_GROUP = "baseline"
 RESULTS_GROUP = "results"
 STAGES = ("extract", "test")
 BASELINE_STAGE = "baseline"
+NULLS_GROUP = "nulls"  # size-matched nulls, inside each model group
+NULLS_STAGE = "nulls"
 BOOKKEEPING_DIR = ".sweep"
 
 
@@ -101,13 +112,29 @@ RESULT_VARS: dict[str, Var] = {
     ),
 }
 
+BASELINE_DIMS = ("null", "size", "chunk")
+LEGACY_BASELINE_DIMS = ("size", "chunk")  # stores from before named nulls: uniform only
+
 BASELINE_VARS: dict[str, Var] = {
     "n": Var(("size",), "int64", 0, "matrix size"),
-    "holding": Var(("size", "chunk"), "int64", -1, "matrices where the bound is tight, per chunk"),
-    "trials": Var(("size", "chunk"), "int64", 0, "matrices drawn, per chunk"),
+    "null": Var(("null",), "str", "", "null model name (workers.nulls.NULLS)"),
+    "holding": Var(BASELINE_DIMS, "int64", -1, "matrices where the bound is tight, per chunk"),
+    "trials": Var(BASELINE_DIMS, "int64", 0, "matrices drawn, per chunk"),
     "disagreements": Var(
-        ("size", "chunk"), "int64", -1,
+        BASELINE_DIMS, "int64", -1,
         "matrices where holds and holds_by_characterisation differ, per chunk (expected 0)",
+    ),
+}
+
+MATCHED_DIMS = ("null", "token_set", "chunk")
+
+MATCHED_VARS: dict[str, Var] = {
+    "null": Var(("null",), "str", "", "null model name (workers.nulls.NULLS)"),
+    "holding": Var(MATCHED_DIMS, "int64", -1, "size-matched draws where the bound is tight"),
+    "trials": Var(MATCHED_DIMS, "int64", 0, "size-matched draws (0 when no cell was tested)"),
+    "disagreements": Var(
+        MATCHED_DIMS, "int64", -1,
+        "draws where holds and holds_by_characterisation differ, per chunk (expected 0)",
     ),
 }
 

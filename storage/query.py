@@ -20,14 +20,15 @@ import zarr
 
 from storage.layout import (
     BASELINE_GROUP,
-    BASELINE_VARS,
     FORMAT,
     MODEL_VARS,
+    NULLS_GROUP,
     RESULT_VARS,
     RESULTS_GROUP,
     ResultStatus,
     Var,
 )
+from storage.query_nulls import baseline_dataset, matched_nulls_dataset
 from workers.baseline import wilson_interval
 from workers.errors import InputError
 
@@ -36,7 +37,8 @@ COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
 
 
 def open_results(store: str | os.PathLike) -> xr.DataTree:
-    """Open a sweep store lazily: one node per model (input, layer, token_set) and a baseline node.
+    """Open a sweep store lazily: one node per model (input, layer, token_set), below it a
+    `nulls` node (null, token_set) of its size-matched nulls, and a baseline node (null, n).
 
     Raises InputError (one line) when `store` is missing or is not a dobrushin-sweep store.
     """
@@ -48,9 +50,12 @@ def open_results(store: str | os.PathLike) -> xr.DataTree:
         if not isinstance(group, zarr.Group):
             raise InputError(f"{path}: root attr models lists {name!r} but there is no such group")
         nodes[f"/{name}"] = _model_dataset(name, group, path)
+        nulls = matched_nulls_dataset(group, path, name)
+        if nulls is not None:
+            nodes[f"/{name}/{NULLS_GROUP}"] = nulls
     baseline = root.get(BASELINE_GROUP)
     if isinstance(baseline, zarr.Group):
-        nodes[f"/{BASELINE_GROUP}"] = _baseline_dataset(baseline, path)
+        nodes[f"/{BASELINE_GROUP}"] = baseline_dataset(baseline, path)
     return xr.DataTree.from_dict(nodes)
 
 
@@ -234,21 +239,3 @@ def _model_dataset(name: str, group: zarr.Group, path: Path) -> xr.Dataset:
         "token_set": token_sets,
     }
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)
-
-
-def _baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
-    where = f"{path}/{BASELINE_GROUP}"
-    arrays = {var: _array(group, var, spec, where)[...] for var, spec in BASELINE_VARS.items()}
-    done = arrays["holding"] >= 0  # (size, chunk): -1 marks a chunk not done yet
-    table = pd.DataFrame(
-        {
-            "n": arrays["n"],
-            "trials": np.where(done, arrays["trials"], 0).sum(axis=1),
-            "holding": np.where(done, arrays["holding"], 0).sum(axis=1),
-            "disagreements": np.where(done, arrays["disagreements"], 0).sum(axis=1),
-            "chunks_done": done.sum(axis=1),
-            "chunks": np.full(done.shape[0], done.shape[1]),
-        }
-    )
-    table = with_rates(table, "holding", "trials")
-    return xr.Dataset.from_dataframe(table.set_index("n")).assign_attrs(dict(group.attrs))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.layout import BASELINE_GROUP, BASELINE_STAGE, STAGES
+from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_GROUP, NULLS_STAGE, STAGES
 from storage.markers import marker_name, read_state
 from storage.store import open_root
 
@@ -48,10 +48,17 @@ def store_status(store: str | Path) -> list[StageStatus]:
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
             out.append(_count(store, model, stage, names))
+        if NULLS_GROUP in root[model]:
+            group = root[model][NULLS_GROUP]
+            chunks = range(group["holding"].shape[-1])
+            names = [marker_name(NULLS_STAGE, f"{null}-c{chunk:05d}")
+                     for null in group.attrs["nulls"] for chunk in chunks]
+            out.append(_count(store, model, NULLS_STAGE, names))
     if BASELINE_GROUP in root:
         attrs = root[BASELINE_GROUP].attrs
-        n_chunks = root[BASELINE_GROUP]["holding"].shape[1]
-        names = [marker_name(BASELINE_STAGE, f"n{n:04d}-c{chunk:05d}")
-                 for n in attrs["sizes"] for chunk in range(n_chunks)]
+        n_chunks = root[BASELINE_GROUP]["holding"].shape[-1]
+        nulls = [f"{null}-" for null in attrs["nulls"]] if "nulls" in attrs else [""]  # "": old
+        names = [marker_name(BASELINE_STAGE, f"{null}n{n:04d}-c{chunk:05d}")
+                 for null in nulls for n in attrs["sizes"] for chunk in range(n_chunks)]
         out.append(_count(store, BASELINE_GROUP, BASELINE_STAGE, names))
     return out

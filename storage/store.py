@@ -32,7 +32,9 @@ from storage.layout import (
     BASELINE_VARS,
     BOOKKEEPING_DIR,
     FORMAT,
+    MATCHED_VARS,
     MODEL_VARS,
+    NULLS_GROUP,
     RESULT_VARS,
     RESULTS_GROUP,
     Var,
@@ -111,7 +113,7 @@ def _reset_if_unfinished(root: zarr.Group, name: str) -> bool:
         return False
     if "fingerprint" in root[name].attrs:
         return True
-    shutil.rmtree(Path(str(root.store.root)) / name)
+    shutil.rmtree(Path(str(root.store.root)) / root.path / name)
     return False
 
 
@@ -151,10 +153,12 @@ def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_lay
 
 
 def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed: int,
-                    chunk_trials: int, n_chunks: int, tol: float) -> bool:
-    """Create the baseline group, or check the existing one's fingerprint. True if created now."""
+                    chunk_trials: int, n_chunks: int, tol: float,
+                    nulls: Sequence[str] = ("uniform",)) -> bool:
+    """Create the baseline group (null, size, chunk), or check the existing one's fingerprint.
+    True if created now."""
     inputs = {"sizes": list(sizes), "trials": trials, "seed": seed, "chunk_trials": chunk_trials,
-              "tol": tol}
+              "tol": tol, "nulls": list(nulls)}
     if _reset_if_unfinished(root, BASELINE_GROUP):
         _check_fingerprint(root.store.root, "the baseline", root[BASELINE_GROUP], inputs,
                            "baseline.")
@@ -162,8 +166,34 @@ def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed
     group = root.create_group(BASELINE_GROUP)
     _create(group, "n", BASELINE_VARS["n"], (len(sizes),), (len(sizes),))
     group["n"][:] = np.asarray(sizes, dtype=np.int64)
+    _create(group, "null", BASELINE_VARS["null"], (len(nulls),), (len(nulls),))
+    group["null"][:] = np.asarray(nulls, dtype=str)
     for var_name in ("holding", "trials", "disagreements"):
-        _create(group, var_name, BASELINE_VARS[var_name], (len(sizes), n_chunks), (1, 1))
+        _create(group, var_name, BASELINE_VARS[var_name], (len(nulls), len(sizes), n_chunks),
+                (1, 1, 1))
+    group.attrs.update({**inputs, "fingerprint_inputs": inputs})
+    group.attrs["fingerprint"] = fingerprint(inputs)
+    return True
+
+
+def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
+                         token_sets: Sequence[str], trials: int, seed: int, chunk_trials: int,
+                         n_chunks: int, tol: float) -> bool:
+    """Create `/<model>/nulls` (null, token_set, chunk), or check its fingerprint. True if
+    created now. The model group must exist; its own fingerprint is not touched."""
+    inputs = {"nulls": list(nulls), "token_sets": list(token_sets), "trials": trials,
+              "seed": seed, "chunk_trials": chunk_trials, "tol": tol}
+    parent = root[model]
+    if _reset_if_unfinished(parent, NULLS_GROUP):
+        _check_fingerprint(root.store.root, f"the size-matched nulls of model {model!r}",
+                           parent[NULLS_GROUP], inputs, "matched_nulls.")
+        return False
+    group = parent.create_group(NULLS_GROUP)
+    _create(group, "null", MATCHED_VARS["null"], (len(nulls),), (len(nulls),))
+    group["null"][:] = np.asarray(nulls, dtype=str)
+    shape = (len(nulls), len(token_sets), n_chunks)
+    for var_name in ("holding", "trials", "disagreements"):
+        _create(group, var_name, MATCHED_VARS[var_name], shape, (1, len(token_sets), 1))
     group.attrs.update({**inputs, "fingerprint_inputs": inputs})
     group.attrs["fingerprint"] = fingerprint(inputs)
     return True
@@ -236,9 +266,21 @@ def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarra
 
 
 def write_baseline(store: str | Path, size_index: int, chunk: int, holding: int,
-                   trials: int, disagreements: int) -> None:
-    """Write one (size, chunk) cell of the baseline counts."""
+                   trials: int, disagreements: int, null_index: int = 0) -> None:
+    """Write one (null, size, chunk) cell of the baseline counts."""
     group = open_root(store, mode="r+")[BASELINE_GROUP]
-    group["holding"][size_index, chunk] = holding
-    group["trials"][size_index, chunk] = trials
-    group["disagreements"][size_index, chunk] = disagreements
+    group["holding"][null_index, size_index, chunk] = holding
+    group["trials"][null_index, size_index, chunk] = trials
+    group["disagreements"][null_index, size_index, chunk] = disagreements
+
+
+def write_matched_nulls(store: str | Path, model: str, null_index: int, chunk: int,
+                        counts: Sequence[tuple[int, int, int]]) -> None:
+    """Write one (null, :, chunk) chunk of a model's size-matched null counts: per token set,
+    (trials, holding, disagreements)."""
+    group = open_model(store, model, mode="r+")[NULLS_GROUP]
+    trials, holding, disagreements = (np.asarray(v, dtype=np.int64) for v in zip(*counts,
+                                                                                   strict=True))
+    group["trials"][null_index, :, chunk] = trials
+    group["holding"][null_index, :, chunk] = holding
+    group["disagreements"][null_index, :, chunk] = disagreements

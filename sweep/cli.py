@@ -19,7 +19,7 @@ from workers.errors import ExtractionError, InputError
 # torch, numba, dask...), so `sweep --help` and every command start fast.
 COMMANDS: dict[str, str] = {
     "check": "test whether the Dobrushin bound is tight for stochastic matrices in a .npy file",
-    "baseline": "tightness rate of uniformly random stochastic matrices (95%% Wilson intervals)",
+    "baseline": "tightness rate of random stochastic matrices per null and size (95%% Wilson)",
     "extract": "extract head-averaged attention of a model on some inputs into an .npz",
     "plan": "dry run: inputs, shards, tasks, store size and work of a sweep config",
     "run": "run a sweep config into its Zarr store (resumes an existing store)",

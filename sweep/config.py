@@ -21,6 +21,7 @@ from pydantic import (
     ValidationError,
     ValidationInfo,
     field_validator,
+    model_validator,
 )
 
 from storage.layout import BOOKKEEPING_DIR
@@ -29,8 +30,10 @@ from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.errors import InputError
 from workers.inputs import DatasetSpec, infer_kind
+from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
+MAX_TRIAL_TASKS = 100_000  # trial-chunk tasks per baseline, and per model's matched nulls
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_NAMES = frozenset({"baseline"})
 DTYPES = ("float32", "bfloat16", "float16")
@@ -95,27 +98,78 @@ class ModelConfig(_Frozen):
     control: Literal["random-init"] | None = None  # adds `<name>@random-init` (sweep.controls)
 
 
+def _null_names(value: Any) -> tuple[str, ...]:
+    """`nulls:` as a list or comma string of `workers.nulls.NULLS` names, or `all`."""
+    try:
+        return parse_nulls(value)
+    except InputError as error:
+        raise ValueError(str(error)) from None
+
+
+def _whole_blocks(chunk_trials: int) -> int:
+    if chunk_trials % BLOCK:
+        raise ValueError(f"must be a multiple of {BLOCK} (the baseline's block of trials)")
+    return chunk_trials
+
+
+def _few_enough_tasks(trials: int, chunk_trials: int, cells: int) -> None:
+    """ValueError if `cells` x ceil(trials / chunk_trials) trial chunks exceed MAX_TRIAL_TASKS:
+    every chunk is a task and a store cell, so the plan would not fit in memory."""
+    tasks = cells * -(-trials // chunk_trials)
+    if tasks > MAX_TRIAL_TASKS:
+        least = -(-cells * trials // (MAX_TRIAL_TASKS * BLOCK)) * BLOCK
+        raise ValueError(
+            f"{tasks} trial-chunk tasks (more than {MAX_TRIAL_TASKS}); raise chunk_trials to at "
+            f"least {least}"
+        )
+
+
 class BaselineConfig(_Frozen):
-    """The Monte Carlo baseline: `trials` uniform random stochastic matrices per size."""
+    """The config-size baseline: `trials` random stochastic matrices per null and size."""
 
     sizes: tuple[PositiveInt, ...] = Field(min_length=1)
     trials: PositiveInt
     seed: NonNegativeInt = 0
     chunk_trials: PositiveInt = 1000
+    nulls: tuple[str, ...] = tuple(NULLS)
 
-    @field_validator("chunk_trials")
-    @classmethod
-    def _whole_blocks(cls, chunk_trials: int) -> int:
-        if chunk_trials % BLOCK:
-            raise ValueError(f"must be a multiple of {BLOCK} (the baseline's block of trials)")
-        return chunk_trials
+    _nulls = field_validator("nulls", mode="before")(_null_names)
+
+    _chunk = field_validator("chunk_trials")(_whole_blocks)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> BaselineConfig:
+        _few_enough_tasks(self.trials, self.chunk_trials, len(self.sizes) * len(self.nulls))
+        return self
 
     @field_validator("sizes")
     @classmethod
     def _unique_sizes(cls, sizes: tuple[int, ...]) -> tuple[int, ...]:
         if len(set(sizes)) != len(sizes):
             raise ValueError(f"sizes repeat a value: {list(sizes)}")
+        try:
+            check_sizes_fit(sizes)
+        except InputError as error:
+            raise ValueError(str(error)) from None
         return sizes
+
+
+class MatchedNullsConfig(_Frozen):
+    """Size-matched nulls: per model, token set and null, `trials` matrices drawn at the sizes
+    of the model's own tested cells (`workers.matched`)."""
+
+    nulls: tuple[str, ...] = tuple(NULLS)
+    trials: PositiveInt = 10_000  # 95% half-width 0.85 percentage points at p = 0.25
+    seed: NonNegativeInt = 0
+    chunk_trials: PositiveInt = 10_000
+
+    _nulls = field_validator("nulls", mode="before")(_null_names)
+    _chunk = field_validator("chunk_trials")(_whole_blocks)
+
+    @model_validator(mode="after")
+    def _bounded(self) -> MatchedNullsConfig:
+        _few_enough_tasks(self.trials, self.chunk_trials, len(self.nulls))
+        return self
 
 
 class SweepConfig(_Frozen):
@@ -133,6 +187,7 @@ class SweepConfig(_Frozen):
     datasets: dict[str, DatasetConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)
     baseline: BaselineConfig | None = None
+    matched_nulls: MatchedNullsConfig | None = MatchedNullsConfig()
 
     _store = field_validator("store")(_resolve)
     _cache = field_validator("cache_dir")(_resolve)

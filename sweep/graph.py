@@ -25,11 +25,10 @@ def _run(task: Task, *after: object) -> int:
 
 def submit_tasks(client: Client, plan: SweepPlan, tasks: list[Task],
                  retries: int) -> dict[str, Future]:
-    """Submit every task in plan order; a test depends on its extraction when that reruns."""
+    """Submit every task in plan order; a task waits for the tasks it depends on that rerun."""
     futures: dict[str, Future] = {}
     for task in tasks:
-        dependency = plan.depends_on(task)
-        after = (futures[dependency],) if dependency in futures else ()
+        after = tuple(futures[key] for key in plan.depends_on(task) if key in futures)
         futures[task.key] = client.submit(
             _run, task, *after, key=task.key, resources=task.resources, retries=retries,
             pure=False,
@@ -61,9 +60,8 @@ class DaskExecutor:
         for task in tasks:
             if task.key not in errors:
                 continue
-            dependency = plan.depends_on(task)
-            if dependency in errors:
-                blocked.append(task.key)  # its extraction failed: the test never ran
+            if any(key in errors for key in plan.depends_on(task)):
+                blocked.append(task.key)  # what it waits for failed: it never ran
             else:
                 outcomes[task.key] = error_line(errors[task.key])
         self.client.cancel(list(futures.values()))

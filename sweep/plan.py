@@ -2,8 +2,9 @@
 
 Pure: no I/O, no Dask. Inputs split into contiguous shards of `shard_size` in dataset order;
 per (model, shard) an extraction task (GPU pool) and a test task (CPU pool) that depends on it;
-per (baseline size, trial chunk) a baseline task (CPU pool). `sweep.runner` gathers the facts
-and interprets the plan; `sweep plan` prints it.
+per (baseline null, size, trial chunk) a baseline task (CPU pool); per (model, null, trial
+chunk) a size-matched null task (CPU pool) that depends on all of the model's test tasks.
+`sweep.runner` gathers the facts and interprets the plan; `sweep plan` prints it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from storage.fingerprint import fingerprint
-from storage.layout import BASELINE_GROUP, BASELINE_STAGE
+from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE
 from storage.markers import marker_name
 from sweep.config import SweepConfig
-from workers.baseline import BLOCK, baseline_blocks
+from workers.baseline import BlockSpan, chunk_span
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec, resolve_model
 
@@ -104,22 +105,22 @@ class ModelPlan(Fingerprinted):
 
 @dataclass(frozen=True)
 class BaselinePlan(Fingerprinted):
-    """The Monte Carlo baseline: `trials` per size, cut into chunks of `chunk_trials`."""
+    """The config-size baseline: `trials` per null and size, cut into chunks of `chunk_trials`."""
 
     sizes: tuple[int, ...]
     trials: int
     seed: int
     chunk_trials: int  # a multiple of workers.baseline.BLOCK
     tol: float
+    nulls: tuple[str, ...] = ("uniform",)
 
     @property
     def n_chunks(self) -> int:
-        return math.ceil(self.trials / self.chunk_trials)
+        return -(-self.trials // self.chunk_trials)
 
-    def chunk_blocks(self, chunk: int) -> tuple[tuple[int, int], ...]:
-        """The (block index, trials) blocks of `chunk`: whole blocks of `baseline_blocks`."""
-        per_chunk = self.chunk_trials // BLOCK
-        return tuple(baseline_blocks(self.trials)[chunk * per_chunk:(chunk + 1) * per_chunk])
+    def chunk_blocks(self, chunk: int) -> BlockSpan:
+        """The (block index, trials) blocks of `chunk`, lazily, in O(1)."""
+        return chunk_span(self.trials, self.chunk_trials, chunk)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
         return {
@@ -128,12 +129,36 @@ class BaselinePlan(Fingerprinted):
             "seed": self.seed,
             "chunk_trials": self.chunk_trials,
             "tol": self.tol,
+            "nulls": list(self.nulls),
         }
 
     @property
     def work(self) -> int:
         """Pair-elements of the test over all trials (n^3 / 2 per matrix)."""
-        return sum(self.trials * n**3 // 2 for n in self.sizes)
+        return len(self.nulls) * sum(self.trials * n**3 // 2 for n in self.sizes)
+
+
+@dataclass(frozen=True)
+class MatchedNullsPlan(Fingerprinted):
+    """Size-matched nulls: per model, token set and null, `trials` draws at the model's sizes."""
+
+    nulls: tuple[str, ...]
+    trials: int
+    seed: int
+    chunk_trials: int  # a multiple of workers.baseline.BLOCK
+    tol: float
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.trials // self.chunk_trials)
+
+    def chunk_blocks(self, chunk: int) -> BlockSpan:
+        """The (block index, trials) blocks of `chunk`, lazily, in O(1)."""
+        return chunk_span(self.trials, self.chunk_trials, chunk)
+
+    def fingerprint_inputs(self) -> dict[str, Any]:
+        return {"nulls": list(self.nulls), "trials": self.trials, "seed": self.seed,
+                "chunk_trials": self.chunk_trials, "tol": self.tol}
 
 
 @dataclass(frozen=True)
@@ -185,16 +210,18 @@ class TestTask(ShardTask):
 
 @dataclass(frozen=True)
 class BaselineTask:
-    """Count holding matrices among one chunk of one size's trials."""
+    """Count holding matrices among one chunk of one (null, size)'s trials."""
 
     key: str
     store: str
     size_index: int
     n: int
     chunk: int
-    blocks: tuple[tuple[int, int], ...]  # (block index, trials) of workers.baseline
+    blocks: BlockSpan  # (block index, trials) of workers.baseline, lazily
     seed: int
     tol: float
+    null: str = "uniform"
+    null_index: int = 0
 
     stage = BASELINE_STAGE
     resources = {"CPU": 1}
@@ -202,10 +229,38 @@ class BaselineTask:
 
     @property
     def marker(self) -> str:
-        return marker_name(self.stage, f"n{self.n:04d}-c{self.chunk:05d}")
+        return marker_name(self.stage, baseline_index(self.null, self.n, self.chunk))
 
 
-Task = ExtractTask | TestTask | BaselineTask
+@dataclass(frozen=True)
+class NullTask:
+    """Size-matched null draws of one (model, null, trial chunk), every token set of the model:
+    reads the model's tested sizes (so it waits for all its test tasks), writes the counts."""
+
+    key: str
+    store: str
+    model: str
+    null: str
+    null_index: int
+    chunk: int
+    blocks: BlockSpan
+    token_sets: tuple[str, ...]
+    seed: int
+    tol: float
+
+    stage = NULLS_STAGE
+    resources = {"CPU": 1}
+
+    @property
+    def scope(self) -> str:
+        return self.model
+
+    @property
+    def marker(self) -> str:
+        return marker_name(self.stage, f"{self.null}-c{self.chunk:05d}")
+
+
+Task = ExtractTask | TestTask | BaselineTask | NullTask
 
 
 @dataclass(frozen=True)
@@ -216,10 +271,17 @@ class SweepPlan:
     models: tuple[ModelPlan, ...]
     baseline: BaselinePlan | None
     tasks: tuple[Task, ...]
+    matched_nulls: MatchedNullsPlan | None = None
 
-    def depends_on(self, task: Task) -> str | None:
-        """Key of the task `task` must wait for (a test waits for its shard's extraction)."""
-        return extract_key(task.model, task.shard) if isinstance(task, TestTask) else None
+    def depends_on(self, task: Task) -> tuple[str, ...]:
+        """Keys of the tasks `task` must wait for: a test waits for its shard's extraction, a
+        size-matched null task for every test task of its model."""
+        if isinstance(task, TestTask):
+            return (extract_key(task.model, task.shard),)
+        if isinstance(task, NullTask):
+            model = next(m for m in self.models if m.name == task.model)
+            return tuple(test_key(model.name, shard) for shard in range(model.n_shards))
+        return ()
 
 
 def extract_key(model: str, shard: int) -> str:
@@ -230,8 +292,17 @@ def test_key(model: str, shard: int) -> str:
     return f"test-{model}-{shard:05d}"
 
 
-def baseline_key(n: int, chunk: int) -> str:
-    return f"baseline-n{n:04d}-c{chunk:05d}"
+def baseline_index(null: str, n: int, chunk: int) -> str:
+    """`uniform-n0008-c00002`: a config-size baseline chunk's name in keys and markers."""
+    return f"{null}-n{n:04d}-c{chunk:05d}"
+
+
+def baseline_key(n: int, chunk: int, null: str = "uniform") -> str:
+    return f"baseline-{baseline_index(null, n, chunk)}"
+
+
+def null_key(model: str, null: str, chunk: int) -> str:
+    return f"nulls-{model}-{null}-c{chunk:05d}"
 
 
 def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
@@ -277,13 +348,23 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
 
 def _baseline_tasks(store: Path, plan: BaselinePlan) -> list[Task]:
     tasks: list[Task] = []
-    for index, n in enumerate(plan.sizes):
-        for chunk in range(plan.n_chunks):
-            tasks.append(BaselineTask(
-                baseline_key(n, chunk), str(store), index, n, chunk, plan.chunk_blocks(chunk),
-                plan.seed, plan.tol,
-            ))
+    for null_index, null in enumerate(plan.nulls):
+        for index, n in enumerate(plan.sizes):
+            for chunk in range(plan.n_chunks):
+                tasks.append(BaselineTask(
+                    baseline_key(n, chunk, null), str(store), index, n, chunk,
+                    plan.chunk_blocks(chunk), plan.seed, plan.tol, null, null_index,
+                ))
     return tasks
+
+
+def _null_tasks(store: Path, model: ModelPlan, plan: MatchedNullsPlan) -> list[Task]:
+    return [
+        NullTask(null_key(model.name, null, chunk), str(store), model.name, null, null_index,
+                 chunk, plan.chunk_blocks(chunk), model.token_sets, plan.seed, plan.tol)
+        for null_index, null in enumerate(plan.nulls)
+        for chunk in range(plan.n_chunks)
+    ]
 
 
 def build_plan(config: SweepConfig, facts: dict[str, ModelFacts]) -> SweepPlan:
@@ -292,10 +373,18 @@ def build_plan(config: SweepConfig, facts: dict[str, ModelFacts]) -> SweepPlan:
     baseline = None
     if config.baseline is not None:
         b = config.baseline
-        baseline = BaselinePlan(tuple(b.sizes), b.trials, b.seed, b.chunk_trials, config.tol)
+        baseline = BaselinePlan(tuple(b.sizes), b.trials, b.seed, b.chunk_trials, config.tol,
+                                tuple(b.nulls))
+    matched = None
+    if config.matched_nulls is not None:
+        m = config.matched_nulls
+        matched = MatchedNullsPlan(tuple(m.nulls), m.trials, m.seed, m.chunk_trials, config.tol)
     tasks: list[Task] = []
     for plan in models:
         tasks.extend(_model_tasks(config, plan))
     if baseline is not None:
         tasks.extend(_baseline_tasks(config.store, baseline))
-    return SweepPlan(config, models, baseline, tuple(tasks))
+    if matched is not None:
+        for plan in models:
+            tasks.extend(_null_tasks(config.store, plan, matched))
+    return SweepPlan(config, models, baseline, tuple(tasks), matched)

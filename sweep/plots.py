@@ -78,11 +78,12 @@ def baseline_figure(report: Report) -> Figure:
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
     ax = figure.subplots()
     done = report.baseline[report.baseline["trials"] > 0]
-    n = done["n"].to_numpy()
-    rate = done["rate"].to_numpy()
-    error = np.vstack([rate - done["ci_low"].to_numpy(), done["ci_high"].to_numpy() - rate])
-    ax.errorbar(n, rate, yerr=error, marker="o", ms=4, capsize=3, color="black",
-                label="random row-stochastic matrices (95% Wilson)")
+    n = np.unique(done["n"].to_numpy())
+    for null, rows in done.groupby("null", sort=False):  # one line per null model
+        rate = rows["rate"].to_numpy()
+        error = np.vstack([rate - rows["ci_low"].to_numpy(), rows["ci_high"].to_numpy() - rate])
+        ax.errorbar(rows["n"].to_numpy(), rate, yerr=error, marker="o", ms=4, capsize=3,
+                    label=f"null {null}: random row-stochastic matrices (95% Wilson)")
     sizes = report.token_counts[report.token_counts["inputs"] > 0]
     colours = {"all": "tab:red", "content": "tab:blue"}
     for record in sizes.to_dict("records"):

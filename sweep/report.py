@@ -28,6 +28,7 @@ from storage.query import (
     with_rates,
 )
 from sweep.report_controls import controls_table, markdown_section
+from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from workers.token_kinds import reading_label
 
@@ -53,6 +54,7 @@ class Report:
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
     controls: pd.DataFrame  # model, control, token_set: trained vs random-init rates
+    nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -81,6 +83,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         token_counts=label_readings(token_counts(tree)),
         rollout=label_readings(rollout_gap(tree)),
         controls=label_readings(controls_table(summary)),
+        nulls=null_lifts(tree, summary),
     )
 
 
@@ -130,8 +133,9 @@ def special_pairs(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
 
 
 def baseline_table(tree: xr.DataTree) -> pd.DataFrame:
-    """The baseline node as records: n, trials, holding, rate, CI, disagreements, chunks done."""
-    columns = ["n", "trials", "holding", "rate", "ci_low", "ci_high", "disagreements",
+    """The baseline node as records: null, n, trials, holding, rate, CI, disagreements, chunks
+    done."""
+    columns = ["null", "n", "trials", "holding", "rate", "ci_low", "ci_high", "disagreements",
                "chunks_done", "chunks"]
     if BASELINE_GROUP not in tree.children:
         return pd.DataFrame(columns=columns)
@@ -193,6 +197,11 @@ def render_markdown(report: Report) -> str:
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
     out += markdown_section(report.controls)
+    if report.nulls is not None:
+        out += ["Beside size-matched nulls (random matrices at the sizes of the model's own "
+                "tested matrices; the null's rate, then the lift observed - null in percentage "
+                "points, 95% Newcombe interval):", ""]
+        out += lift_lines(report.nulls)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     out += ["## 3. Depth: where failures happen", ""]
@@ -216,8 +225,8 @@ def render_markdown(report: Report) -> str:
     )
     out += _table(pairs, ["model", "all_pairs", "failing_pairs"])
     out += ["## 5. Baseline: random row-stochastic matrices", ""]
-    out += _table(report.baseline, ["n", "chunks_done", "chunks", "disagreements"], rates=True,
-                  n="trials")
+    out += _table(report.baseline, ["null", "n", "chunks_done", "chunks", "disagreements"],
+                  rates=True, n="trials")
     out += ["The models' own matrix sizes n (tested inputs):", ""]
     out += _table(report.token_counts, ["model", "reading", "inputs", "n_min", "n_median",
                                         "n_max"])

@@ -19,6 +19,7 @@ from storage.lock import StoreLock
 from storage.store import (
     create_root,
     ensure_baseline,
+    ensure_matched_nulls,
     ensure_model,
     stored_model_attrs,
     write_root_attrs,
@@ -79,7 +80,14 @@ def materialise(config: SweepConfig) -> SweepPlan:
     if plan.baseline is not None:
         b = plan.baseline
         ensure_baseline(root, sizes=b.sizes, trials=b.trials, seed=b.seed,
-                        chunk_trials=b.chunk_trials, n_chunks=b.n_chunks, tol=b.tol)
+                        chunk_trials=b.chunk_trials, n_chunks=b.n_chunks, tol=b.tol,
+                        nulls=b.nulls)
+    if plan.matched_nulls is not None:
+        m = plan.matched_nulls
+        for model in plan.models:
+            ensure_matched_nulls(root, model.name, nulls=m.nulls, token_sets=model.token_sets,
+                                 trials=m.trials, seed=m.seed, chunk_trials=m.chunk_trials,
+                                 n_chunks=m.n_chunks, tol=m.tol)
     write_root_attrs(root, config.resolved())
     return plan
 
@@ -139,13 +147,16 @@ class InProcessExecutor:
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
         outcomes: dict[str, str | None] = {}
-        blocked = []
+        blocked: list[str] = []
+        stopped: set[str] = set()  # failed or blocked: what depends on them is blocked too
         for task in tasks:
-            dependency = plan.depends_on(task)
-            if dependency is not None and outcomes.get(dependency, None) is not None:
+            if any(dependency in stopped for dependency in plan.depends_on(task)):
                 blocked.append(task.key)
+                stopped.add(task.key)
                 continue
             outcomes[task.key] = self._attempt(task, retries)
+            if outcomes[task.key] is not None:
+                stopped.add(task.key)
             if progress:
                 print(f"{task.key}: {outcomes[task.key] or 'done'}", file=sys.stderr)
         return outcomes, blocked

@@ -45,12 +45,14 @@ class FixtureModel:
 
 @dataclass(frozen=True)
 class FixtureBaseline:
-    """Baseline counts per (size, chunk); holding -1 marks a chunk not done."""
+    """Baseline counts per (size, chunk) — the layout from before named nulls — or, when `null`
+    is given, per (null, size, chunk); holding -1 marks a chunk not done."""
 
     n: np.ndarray  # (size,)
-    holding: np.ndarray  # (size, chunk)
-    trials: np.ndarray  # (size, chunk)
-    disagreements: np.ndarray  # (size, chunk); -1 where the chunk is not done
+    holding: np.ndarray  # (size, chunk) or (null, size, chunk)
+    trials: np.ndarray  # as holding
+    disagreements: np.ndarray  # as holding; -1 where the chunk is not done
+    null: np.ndarray | None = None  # (null,) names; None: the (size, chunk) layout
 
 
 def write_store(
@@ -69,20 +71,23 @@ def write_store(
     if baseline is not None:
         group = root.create_group(BASELINE_GROUP)
         for var, spec in BASELINE_VARS.items():
-            _array(group, var, spec, getattr(baseline, var))
+            values = getattr(baseline, var)
+            if values is not None:
+                _array(group, var, spec, values, spec.dims[-np.ndim(values):])
     return path
 
 
-def _array(group: zarr.Group, name: str, spec, values: np.ndarray) -> zarr.Array:
+def _array(group: zarr.Group, name: str, spec, values: np.ndarray,
+           dims: tuple[str, ...] | None = None) -> zarr.Array:
     values = np.asarray(values)
     chunks = (2,) + values.shape[1:] if values.ndim else ()
     array = group.create_array(
         name,
         shape=values.shape,
-        dtype=spec.dtype,
+        dtype=str if spec.dtype == "str" else spec.dtype,
         fill_value=spec.fill,
         chunks=chunks,
-        dimension_names=spec.dims,
+        dimension_names=spec.dims if dims is None else dims,
     )
     array[...] = values
     return array

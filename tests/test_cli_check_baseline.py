@@ -79,8 +79,8 @@ def test_baseline_prints_one_record_per_size(capsys):
 def test_baseline_text_format(capsys):
     assert main(["baseline", "--sizes", "3", "--trials", "200", "--format", "text"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:4] == ["n", "trials", "holding", "rate"]
-    assert lines[1].split()[:2] == ["3", "200"]
+    assert lines[0].split()[:5] == ["null", "n", "trials", "holding", "rate"]
+    assert lines[1].split()[:3] == ["uniform", "3", "200"]
 
 
 @pytest.mark.parametrize(
@@ -88,6 +88,29 @@ def test_baseline_text_format(capsys):
     [(["--sizes", "2,x"], "--sizes item 'x'"), (["--trials", "0"], "trials >= 1")],
 )
 def test_baseline_bad_arguments_exit_2(capsys, argv, message):
+    assert main(["baseline", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and message in err
+
+
+def test_baseline_runs_the_named_nulls_in_order(capsys):
+    argv = ["baseline", "--sizes", "2,3", "--trials", "1e3", "--null", "softmax-b4,uniform",
+            "--null", "softmax-b4"]
+    assert main(argv) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["null"], r["n"]) for r in records] == [
+        ("softmax-b4", 2), ("softmax-b4", 3), ("uniform", 2), ("uniform", 3)]
+    assert all(r["trials"] == 1000 for r in records)
+    assert main(["baseline", "--sizes", "3", "--trials", "1000"]) == 0  # default: uniform
+    (default,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert default == records[-1]
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--null", "gauss"], "unknown null 'gauss'; choose from all, uniform, softmax-b0.5"),
+    (["--sizes", "100000000", "--trials", "10"], "size 100000000: testing one"),
+])
+def test_baseline_bad_null_or_size_exit_2_in_one_line(capsys, argv, message):
     assert main(["baseline", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and len(err.splitlines()) == 1 and message in err

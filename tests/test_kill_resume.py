@@ -44,6 +44,7 @@ models:
   vit: {{source: tiny-deit-distilled, dataset: photos}}
   ft: {{source: ft-transformer, dataset: wine, options: {{max_epochs: 3, n_blocks: 2}}}}
 baseline: {{sizes: [3, 6], trials: 3000, seed: 1, chunk_trials: 1000}}
+matched_nulls: {{trials: 2000, chunk_trials: 1000}}
 """)
     return path
 
@@ -52,7 +53,9 @@ def done_markers(store: Path) -> list[Path]:
     return sorted((store / ".sweep" / "markers").rglob("*.done"))
 
 
-N_TASKS = 2 * (6 + 8) + 2 * 3  # extract + test per shard of both models, baseline chunks
+N_NULLS = 5  # every null, by default
+# extract + test per shard of both models, baseline chunks per null, matched nulls per model
+N_TASKS = 2 * (6 + 8) + N_NULLS * 2 * 3 + 2 * N_NULLS * 2
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,7 @@ import pytest
 
 from sweep.commands.plan import describe
 from sweep.config import parse_config
-from sweep.plan import BaselineTask, ExtractTask, ModelFacts, TestTask, build_plan
+from sweep.plan import BaselineTask, ExtractTask, ModelFacts, NullTask, TestTask, build_plan
 
 CONFIG = {
     "store": "/tmp/never-written.zarr",
@@ -46,23 +46,28 @@ def test_keys_are_deterministic_unique_and_tests_follow_their_extraction():
     assert keys[:2] == ["extract-vit-00000", "test-vit-00000"]
     for task in plan.tasks:
         if isinstance(task, TestTask):
-            assert plan.depends_on(task) == f"extract-{task.model}-{task.shard:05d}"
+            assert plan.depends_on(task) == (f"extract-{task.model}-{task.shard:05d}",)
+        elif isinstance(task, NullTask):  # waits for every test task of its model
+            shards = 3 if task.model == "vit" else 2
+            assert plan.depends_on(task) == tuple(f"test-{task.model}-{s:05d}"
+                                                  for s in range(shards))
         else:
-            assert plan.depends_on(task) is None
+            assert plan.depends_on(task) == ()
 
 
 def test_each_task_type_is_tagged_with_its_pool():
     resources = {type(t).__name__: t.resources for t in plan_of().tasks}
     assert resources == {"ExtractTask": {"GPU": 1}, "TestTask": {"CPU": 1},
-                         "BaselineTask": {"CPU": 1}}
+                         "BaselineTask": {"CPU": 1}, "NullTask": {"CPU": 1}}
 
 
 def test_baseline_chunks_cover_every_trial_once():
     tasks = [t for t in plan_of().tasks if isinstance(t, BaselineTask)]
     assert [t.key for t in tasks[:3]] == [
-        "baseline-n0002-c00000", "baseline-n0002-c00001", "baseline-n0002-c00002"]
+        "baseline-uniform-n0002-c00000", "baseline-uniform-n0002-c00001",
+        "baseline-uniform-n0002-c00002"]
     for n in (2, 8):
-        chunks = [t.blocks for t in tasks if t.n == n]
+        chunks = [tuple(t.blocks) for t in tasks if t.n == n and t.null == "uniform"]
         assert chunks == [((0, 1000),), ((1, 1000),), ((2, 500),)]
     assert {t.seed for t in tasks} == {7}
 
@@ -81,7 +86,8 @@ def test_estimates_follow_the_formulas():
     vit = plan.models[0]
     assert vit.attention_bytes == 10 * 2 * 17 * 17 * 4
     assert vit.work == 2 * 2 * 10 * (17**3 // 2)  # token sets x layers x inputs x T^3/2
-    assert plan.baseline.work == 2500 * (2**3 // 2) + 2500 * (8**3 // 2)
+    nulls = len(plan.baseline.nulls)  # every null by default
+    assert plan.baseline.work == nulls * (2500 * (2**3 // 2) + 2500 * (8**3 // 2))
 
 
 def test_models_without_facts_are_left_out_and_reported():
@@ -103,4 +109,5 @@ def test_any_shard_size_partitions_the_inputs(shard_size):
 def test_chunks_hold_whole_blocks():
     tasks = [t for t in plan_of(baseline={**CONFIG["baseline"], "chunk_trials": 2000}).tasks
              if isinstance(t, BaselineTask) and t.n == 2]
-    assert [t.blocks for t in tasks] == [((0, 1000), (1, 1000)), ((2, 500),)]
+    assert [tuple(t.blocks) for t in tasks if t.null == "uniform"] == [
+        ((0, 1000), (1, 1000)), ((2, 500),)]

@@ -130,6 +130,8 @@ def test_tolerance_is_reapplied_from_stored_margins(tree):
 
 def test_baseline_node_sums_finished_chunks(tree):
     baseline = tree["baseline"].to_dataset()
+    assert baseline["null"].values.tolist() == ["uniform"]  # a store from before named nulls
+    baseline = baseline.sel(null="uniform")
     assert baseline["n"].values.tolist() == [2, 3]
     assert baseline["holding"].values.tolist() == [9, 2]
     assert baseline["trials"].values.tolist() == [20, 10]

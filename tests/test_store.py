@@ -110,16 +110,19 @@ def test_shard_writes_must_cover_one_whole_shard(tmp_path):
 def test_baseline_group_and_cell_writes(tmp_path):
     root = create_root(tmp_path / "s.zarr")
     assert ensure_baseline(root, sizes=(2, 8), trials=2500, seed=0, chunk_trials=1000, n_chunks=3,
-                           tol=1e-12)
-    write_baseline(tmp_path / "s.zarr", 1, 2, holding=130, trials=500, disagreements=0)
+                           tol=1e-12, nulls=("uniform", "softmax-b1"))
+    write_baseline(tmp_path / "s.zarr", 1, 2, holding=130, trials=500, disagreements=0,
+                   null_index=1)
     group = root["baseline"]
-    assert group["holding"][:].tolist() == [[-1, -1, -1], [-1, -1, 130]]
+    assert group["holding"][:].tolist() == [[[-1, -1, -1], [-1, -1, -1]],
+                                            [[-1, -1, -1], [-1, -1, 130]]]
     assert group["n"][:].tolist() == [2, 8]
+    assert group["null"][:].tolist() == ["uniform", "softmax-b1"]
     for name, var in BASELINE_VARS.items():
         assert group[name].metadata.dimension_names == var.dims
     with pytest.raises(StoreMismatchError, match=r"baseline.trials: 2500 -> 3000"):
         ensure_baseline(root, sizes=(2, 8), trials=3000, seed=0, chunk_trials=1000, n_chunks=3,
-                        tol=1e-12)
+                        tol=1e-12, nulls=("uniform", "softmax-b1"))
 
 
 def test_a_folder_holding_other_files_is_never_turned_into_a_store(tmp_path):

@@ -20,6 +20,7 @@ from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
 from workers.baseline import baseline_blocks, holding_in_blocks
 from workers.equality import check, restrict, rollout
+from workers.nulls import NULLS
 from workers.readings import attaining_kinds
 from workers.token_kinds import keep_mask, special_mask
 
@@ -41,6 +42,7 @@ def write_config(folder: Path, models=("vit", "ft"), extra: str = "",
         "models:",
         *(f"  {name}: {MODELS[name]}" for name in models),
         "baseline: {sizes: [2, 5], trials: 2500, seed: 3, chunk_trials: 1000}",
+        "matched_nulls: {trials: 2000, chunk_trials: 1000}",
     ]
     path = folder / "sweep.yaml"
     path.write_text("\n".join(lines) + "\n")
@@ -131,11 +133,12 @@ def test_dask_results_equal_a_numpy_loop_over_the_stored_attention(swept, model)
 
 def test_baseline_counts_equal_the_unchunked_count(swept):
     group = zarr.open_group(str(swept["dask"] / "baseline"), mode="r")
-    for row, n in enumerate((2, 5)):
-        holding, _ = holding_in_blocks(n, 3, baseline_blocks(2500))
-        assert group["holding"][row].sum() == holding
-        assert group["trials"][row].tolist() == [1000, 1000, 500]
-        assert group["disagreements"][row].sum() == 0
+    for index, null in enumerate(group["null"][:].tolist()):
+        for row, n in enumerate((2, 5)):
+            holding, _ = holding_in_blocks(n, 3, baseline_blocks(2500), null=null)
+            assert group["holding"][index, row].sum() == holding
+            assert group["trials"][index, row].tolist() == [1000, 1000, 500]
+            assert group["disagreements"][index, row].sum() == 0
 
 
 def test_in_process_runner_equals_dask_runner_value_for_value(swept):
@@ -182,7 +185,9 @@ def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monke
         assert state.state == "failed" and "injected failure" in state.error
         monkeypatch.setattr(workers.tasks, "run_test", real)
         rerun = run_sweep(config, DaskExecutor(client), progress=False)
-    assert rerun.completed == ["test-vit-00001"] and rerun.exit_code == 0
+    # the test, then the size-matched nulls that waited for it (blocked in the first run)
+    assert sorted(rerun.completed) == sorted(["test-vit-00001", *null_keys()])
+    assert rerun.exit_code == 0
     assert markers.read_state(config.store, "vit", "test-00001").state == "done"
 
 
@@ -196,8 +201,13 @@ def test_in_process_runner_retries_and_blocks_the_test_of_a_failed_extraction(
     monkeypatch.setattr(workers.tasks, "run_extract", broken)
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert sorted(summary.failed) == ["extract-vit-00000", "extract-vit-00001"]
-    assert summary.blocked == ["test-vit-00000", "test-vit-00001"]
+    assert summary.blocked == ["test-vit-00000", "test-vit-00001", *null_keys()]
     assert summary.exit_code == 1
+
+
+def null_keys(model: str = "vit") -> list[str]:
+    """The size-matched null tasks of a model (2 chunks of every null), in plan order."""
+    return [f"nulls-{model}-{null}-c{chunk:05d}" for null in NULLS for chunk in range(2)]
 
 
 def test_second_concurrent_run_is_refused(tmp_path, capsys):
@@ -229,7 +239,8 @@ def test_adding_a_model_extends_without_recomputing_the_others(tmp_path):
     summary = run_sweep(extended, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0
     assert sorted(summary.completed) == sorted(
-        f"{stage}-rob-{shard:05d}" for stage in ("extract", "test") for shard in (0, 1))
+        [f"{stage}-rob-{shard:05d}" for stage in ("extract", "test") for shard in (0, 1)]
+        + null_keys("rob"))
     assert {p: p.stat().st_mtime_ns for p in done} == stamps
     after = arrays(config.store)
     assert_same_arrays(before, {k: v for k, v in after.items() if not k.startswith("rob/")})

@@ -14,19 +14,27 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from storage.fingerprint import canonical_json
-from storage.layout import RESULT_VARS, ResultStatus
+from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
 from storage.markers import mark_done
-from storage.store import open_model, write_attention, write_baseline, write_results, write_tokens
+from storage.store import (
+    open_model,
+    write_attention,
+    write_baseline,
+    write_matched_nulls,
+    write_results,
+    write_tokens,
+)
 from workers.baseline import holding_in_blocks
 from workers.equality import check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
+from workers.matched import matched_holding, size_histograms
 from workers.readings import READING_EVALUATORS, attaining_kinds
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
-    from sweep.plan import BaselineTask, ExtractTask, TestTask
+    from sweep.plan import BaselineTask, ExtractTask, NullTask, TestTask
 
 MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
 _DATASETS: dict[str, Dataset] = {}
@@ -168,14 +176,32 @@ def run_test(task: TestTask) -> int:
 
 def run_baseline(task: BaselineTask) -> int:
     """Count the holding matrices among the chunk's trials, write the count, then the marker."""
-    holding, disagreements = holding_in_blocks(task.n, task.seed, task.blocks, tol=task.tol)
-    trials = sum(count for _, count in task.blocks)
-    write_baseline(task.store, task.size_index, task.chunk, holding, trials, disagreements)
+    holding, disagreements = holding_in_blocks(task.n, task.seed, task.blocks, tol=task.tol,
+                                               null=task.null)
+    trials = task.blocks.trial_count
+    write_baseline(task.store, task.size_index, task.chunk, holding, trials, disagreements,
+                   task.null_index)
     mark_done(task.store, task.scope, task.marker)
     return trials
 
 
-def run_task(task: ExtractTask | TestTask | BaselineTask) -> int:
+def run_null(task: NullTask) -> int:
+    """Draw the chunk's size-matched null trials for every token set of the model (sizes from
+    its stored results), write the counts, then the marker."""
+    results = open_model(task.store, task.model)[RESULTS_GROUP]
+    histograms = size_histograms(results["n_kept"][...], results["status"][...])
+    counts = [
+        matched_holding(histogram, task.blocks.trials, task.blocks, model=task.model,
+                        token_set=token_set, null=task.null, seed=task.seed, tol=task.tol)
+        for histogram, token_set in zip(histograms, task.token_sets, strict=True)
+    ]
+    write_matched_nulls(task.store, task.model, task.null_index, task.chunk, counts)
+    mark_done(task.store, task.scope, task.marker)
+    return sum(trials for trials, _, _ in counts)
+
+
+def run_task(task: ExtractTask | TestTask | BaselineTask | NullTask) -> int:
     """Dispatch a task spec to its body; returns the number of inputs or trials it covered."""
-    runner = {"extract": run_extract, "test": run_test, "baseline": run_baseline}[task.stage]
+    runner = {"extract": run_extract, "test": run_test, "baseline": run_baseline,
+              "nulls": run_null}[task.stage]
     return runner(task)

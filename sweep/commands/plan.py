@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from storage import markers
+from storage.layout import NULLS_STAGE
 from sweep.cluster import describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
 from sweep.plan import ModelFacts, SweepPlan, build_plan
@@ -59,7 +60,8 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     lines += ["", header]
     total_bytes = total_work = total_tasks = 0
     for model in plan.models:
-        tasks = [t for t in plan.tasks if getattr(t, "model", None) == model.name]
+        tasks = [t for t in plan.tasks
+                 if getattr(t, "model", None) == model.name and t.stage != NULLS_STAGE]
         done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
         total_bytes += model.attention_bytes
         total_work += model.work
@@ -79,6 +81,15 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
             f"{'baseline':<24} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
             f"{b.n_chunks:>6} {'':>6} {max(b.sizes):>6} {len(tasks):>6} {done:>5} "
             f"{'':>11} {b.work:>11.3g}"
+        )
+    if plan.matched_nulls is not None:
+        m = plan.matched_nulls
+        tasks = [t for t in plan.tasks if t.stage == NULLS_STAGE]
+        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        total_tasks += len(tasks)
+        lines.append(
+            f"{'matched nulls':<20} {'nulls ' + str(len(m.nulls)):<14} {m.trials:>7} "
+            f"{m.n_chunks:>6} {'':>6} {'':>6} {len(tasks):>6} {done:>5}"
         )
     lines += [
         "",
