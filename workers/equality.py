@@ -30,6 +30,7 @@ ROW_SUM_TOL = 1e-3
 """Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
 
 MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
+PARALLEL_MIN_N = 160  # smaller matrices, fewer than that many per thread: one thread, no launch
 _KERNEL_LOCK = threading.Lock()  # one parallel kernel at a time per process: numba's workqueue
 # threading layer aborts on concurrent launches, and concurrent teams would oversubscribe cores
 
@@ -176,8 +177,12 @@ def _check_cpu(
     validated and renormalised per matrix when `validate`, else trusted float64. Raises
     `validate_stochastic(source)`'s error on invalid input (`source`: the caller's array)."""
     threads = numba.get_num_threads()
-    over = a.shape[0] >= MATRICES_PER_THREAD * threads
-    run = pruned.check_over_matrices if over else pruned.check_within_matrices
+    if a.shape[0] >= MATRICES_PER_THREAD * threads:
+        run = pruned.check_over_matrices
+    elif a.shape[1] >= PARALLEL_MIN_N:
+        run = pruned.check_within_matrices
+    else:
+        run = pruned.check_serial
     with _KERNEL_LOCK:
         out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask, has_special,
                                 threads)

@@ -165,65 +165,115 @@ def _gap(x: np.ndarray, i: int, j: int) -> float:
 
 
 @njit(cache=True)
+def _row_min(row: np.ndarray, start: int, n: int) -> int:
+    """min(row[start:n]) of a uint16 row (65535 when empty); LLVM vectorises it."""
+    m = np.uint16(65535)
+    for j in range(start, n):
+        m = min(m, row[j])
+    return np.int64(m)
+
+
+@njit(cache=True)
+def _row_count(row: np.ndarray, start: int, n: int, limit: int) -> int:
+    """How many of row[start:n] (uint16) are <= limit (0 <= limit <= 65535)."""
+    t = np.uint16(limit)
+    c = 0
+    for j in range(start, n):
+        c += row[j] <= t
+    return c
+
+
+@njit(cache=True)
+def _limit(value: float, scale: float) -> int:
+    """The largest integer Q with Q / scale <= value, rounded up (generous), clipped to
+    [-1, 65535]: pairs with Q_ij <= it are kept."""
+    q = value * scale * (1.0 + 1e-12)
+    if q < 0.0:
+        return -1
+    return min(np.int64(q), 65535)
+
+
+@njit(cache=True)
 def select_and_verify(x, screened, scale, rmax, tol, window, special, has_special,
                       out_f, out_i, m):
     """Prune and verify one (n >= 2, n) matrix x from its screen `screened` (Q_ij, i < j) of
     q <= scale * x; rmax >= every exact row sum of x. Fills row m of out_f, out_i exactly as
-    `kernel.exact_verdict` defines them."""
+    `kernel.exact_verdict` defines them.
+
+    U_ij = c0 - Q_ij / scale bounds the oracle's kappa_ij from above and
+    (1 + U_ij)/2 - s_ij/2 + 2 err its kappa_ij(M); exact values of the best-bounded pairs bound
+    kappa(A) and kappa(M) from below; pairs whose upper bound cannot reach them are skipped.
+    """
     n = x.shape[0]
     inv = 1.0 / scale
     err = 4.0 * (n + 4) * U64 * rmax  # the oracle's rounding on A or on M, and s_ij's
     c0 = rmax + 2.0 * err + 1e-14  # U_ij = c0 - Q_ij / scale >= the oracle's kappa_ij
     w = max(tol, window)
-    # The pair with the largest bound on kappa_ij, and the one with the largest bound on m_ij.
-    q_best = 1 << 20
-    bi = bj = 0
-    m_bound = -np.inf
-    mi = mj = 0
-    q_reach = 1 << 20  # Q_ij above this cannot beat m_bound even with s_ij = 0
+    row_min = np.empty(n - 1, dtype=np.int64)
+    q_best, bi = 1 << 20, 0
     for i in range(n - 1):
+        row_min[i] = _row_min(screened[i], i + 1, n)
+        if row_min[i] < q_best:
+            q_best, bi = row_min[i], i
+    bj = bi + 1
+    while np.int64(screened[bi, bj]) != q_best:
+        bj += 1
+    low_a = _tv_one(x, bi, bj)  # kappa(A) >= low_a: an exact lower bound
+    q_a = _limit(c0 - low_a + 2.0 * w * (1.0 + 1e-9) + 1e-15, scale)  # U_ij >= low_a - 2 w
+    # The pair with the largest bound on m_ij, from the kappa(A) candidates first, then
+    # wherever (1 + U_ij)/2 alone could beat it (rows by their minimum, pairs by Q).
+    m_bound, mi, mj = -np.inf, bi, bj
+    n_a = 0
+    for i in range(n - 1):
+        if row_min[i] <= q_a:
+            n_a += _row_count(screened[i], i + 1, n, q_a)
+    a_i = np.empty(n_a, dtype=np.int32)
+    a_j = np.empty(n_a, dtype=np.int32)
+    c = 0
+    for i in range(n - 1):
+        if row_min[i] > q_a:
+            continue
         row = screened[i]
         for j in range(i + 1, n):
             qv = np.int64(row[j])
-            if qv < q_best:
-                q_best, bi, bj = qv, i, j
+            if qv <= q_a:
+                a_i[c], a_j[c] = i, j
+                c += 1
+                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j)
+                if bound > m_bound:
+                    m_bound, mi, mj = bound, i, j
+    q_reach = _limit(1.0 + c0 - 2.0 * m_bound, scale)  # Q_ij above cannot beat m_bound
+    for i in range(n - 1):
+        if row_min[i] > q_reach:
+            continue
+        row = screened[i]
+        for j in range(i + 1, n):
+            qv = np.int64(row[j])
             if qv <= q_reach:
                 bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j)
                 if bound > m_bound:
                     m_bound, mi, mj = bound, i, j
-                    q_reach = np.int64((1.0 + c0 - 2.0 * m_bound) * scale * (1.0 + 1e-12)) + 1
-    low_a = _tv_one(x, bi, bj)  # kappa(A) >= low_a, kappa(M) >= low_m: exact lower bounds
-    low_m = _factor_one(x, mi, mj)
-    # Candidates: U_ij >= low_a - 2 w, i.e. Q_ij <= q_a; and (1 + U_ij)/2 - s_ij/2 + err >= low_m.
-    q_a = np.int64((c0 - low_a + 2.0 * w * (1.0 + 1e-9) + 1e-15) * scale * (1.0 + 1e-12))
-    q_m = np.int64((c0 + 1.0 - 2.0 * (low_m - 2.0 * err)) * scale * (1.0 + 1e-12))
-    q_any = max(q_a, q_m)
-    n_a = n_m = 0
+                    q_reach = _limit(1.0 + c0 - 2.0 * m_bound, scale)
+    low_m = _factor_one(x, mi, mj)  # kappa(M) >= low_m
+    # kappa(M) candidates: (1 + U_ij)/2 - s_ij/2 + 2 err >= low_m.
+    q_m = _limit(c0 + 1.0 - 2.0 * (low_m - 2.0 * err), scale)
+    n_m = 0
     for i in range(n - 1):
-        row = screened[i]
-        for j in range(i + 1, n):
-            qv = np.int64(row[j])
-            if qv <= q_any:
-                n_a += qv <= q_a
-                n_m += qv <= q_m
-    a_i = np.empty(n_a, dtype=np.int32)
-    a_j = np.empty(n_a, dtype=np.int32)
+        if row_min[i] <= q_m:
+            n_m += _row_count(screened[i], i + 1, n, q_m)
     m_i = np.empty(n_m, dtype=np.int32)
     m_j = np.empty(n_m, dtype=np.int32)
-    c_a = c_m = 0
+    c = 0
     for i in range(n - 1):
+        if row_min[i] > q_m:
+            continue
         row = screened[i]
         for j in range(i + 1, n):
             qv = np.int64(row[j])
-            if qv > q_any:
-                continue
-            if qv <= q_a:
-                a_i[c_a], a_j[c_a] = i, j
-                c_a += 1
             if qv <= q_m and 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j) + 2.0 * err >= low_m:
-                m_i[c_m], m_j[c_m] = i, j
-                c_m += 1
-    exact_verdict(x, a_i, a_j, m_i[:c_m], m_j[:c_m], tol, window, special, has_special,
+                m_i[c], m_j[c] = i, j
+                c += 1
+    exact_verdict(x, a_i, a_j, m_i[:c], m_j[:c], tol, window, special, has_special,
                   out_f, out_i, m)
 
 
@@ -290,6 +340,24 @@ def check_over_matrices(a, validate, row_sum_tol, tol, window, special, has_spec
             bad[t] += _one(a[m], validate, x, q, screened, row_sum_tol, tol, window,
                            special[m], has_special, out_f, out_i, m)
     return out_f, out_i, bad.sum()
+
+
+@njit(cache=True)
+def check_serial(a, validate, row_sum_tol, tol, window, special, has_special, threads):
+    """As `check_over_matrices` on the calling thread alone (no parallel launch: small work)."""
+    b, n = a.shape[0], a.shape[1]
+    rows = -(-n // TILE_ROWS) * TILE_ROWS + TILE_COLS
+    cols = -(-n // LANES) * LANES
+    out_f = np.empty((b, 4), dtype=np.float64)
+    out_i = np.empty((b, 5), dtype=np.int64)
+    x = np.empty((n, n) if validate else (0, 0), dtype=np.float64)  # (row, column)
+    q = np.zeros((rows, cols), dtype=np.uint16)  # (padded row, padded column)
+    screened = np.empty((rows, rows), dtype=np.uint16)  # (row i, row j)
+    bad = 0
+    for m in range(b):
+        bad += _one(a[m], validate, x, q, screened, row_sum_tol, tol, window, special[m],
+                    has_special, out_f, out_i, m)
+    return out_f, out_i, bad
 
 
 @njit(cache=True)
