@@ -119,14 +119,15 @@ def test_tiny_matrices_of_every_family(kind, n):
 def test_the_three_drivers_agree_bit_for_bit(kind):
     """One thread, threads within a matrix (parallel screen) and threads over matrices."""
     rng = np.random.default_rng(1)
-    n = 170  # >= equality.PARALLEL_MIN_N: every driver runs its real path
+    n = 170
     a = np.stack([family(kind, n, rng) for _ in range(3)])
     special = np.zeros((3, n), dtype=bool)
     special[:, 0] = True
     runs = [
-        driver(a, True, ROW_SUM_TOL, DEFAULT_TOL, SLACK_WINDOW, special, True, 2)
-        for driver in (pruned.check_serial, pruned.check_within_matrices,
-                       pruned.check_over_matrices)
+        driver(a, True, ROW_SUM_TOL, DEFAULT_TOL, SLACK_WINDOW, special, True,
+               *pruned.buffers(n, True, threads))
+        for driver, threads in ((pruned.check_serial, 1), (pruned.check_within_matrices, 1),
+                                (pruned.check_over_matrices, 2))
     ]
     for out_f, out_i, bad in runs[1:]:
         assert bad == 0

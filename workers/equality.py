@@ -30,7 +30,8 @@ ROW_SUM_TOL = 1e-3
 """Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
 
 MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
-PARALLEL_MIN_N = 160  # smaller matrices, fewer than that many per thread: one thread, no launch
+PARALLEL_MIN_N = 400  # below it, threads take whole matrices (b >= threads) or one thread runs
+# (b = 1): a parallel launch costs as much as the kernel there, far more on a loaded machine
 _KERNEL_LOCK = threading.Lock()  # one parallel kernel at a time per process: numba's workqueue
 # threading layer aborts on concurrent launches, and concurrent teams would oversubscribe cores
 
@@ -169,6 +170,22 @@ def _check_torch(
     return np.concatenate([f for f, _ in parts]), np.concatenate([i for _, i in parts])
 
 
+CACHED_BUFFERS_MAX_N = 1100  # kernel buffers for n up to this are kept for the next call
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
+    return pruned.buffers(n, validate, threads)
+
+
+def _buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
+    """`pruned.buffers`, kept for the next call up to n = CACHED_BUFFERS_MAX_N (fresh pages
+    cost as much as the kernel at n = 257); call with _KERNEL_LOCK held."""
+    if n <= CACHED_BUFFERS_MAX_N:
+        return _cached_buffers(n, validate, threads)
+    return pruned.buffers(n, validate, threads)
+
+
 def _check_cpu(
     a: np.ndarray, validate: bool, tol: float, mask: np.ndarray, has_special: bool,
     source: np.ndarray,
@@ -177,15 +194,17 @@ def _check_cpu(
     validated and renormalised per matrix when `validate`, else trusted float64. Raises
     `validate_stochastic(source)`'s error on invalid input (`source`: the caller's array)."""
     threads = numba.get_num_threads()
-    if a.shape[0] >= MATRICES_PER_THREAD * threads:
-        run = pruned.check_over_matrices
-    elif a.shape[1] >= PARALLEL_MIN_N:
-        run = pruned.check_within_matrices
+    b, n = a.shape[0], a.shape[1]
+    if b >= MATRICES_PER_THREAD * threads or (b >= threads > 1 and n < PARALLEL_MIN_N):
+        run, buffer_threads = pruned.check_over_matrices, threads
+    elif n >= PARALLEL_MIN_N:
+        run, buffer_threads = pruned.check_within_matrices, 1
     else:
-        run = pruned.check_serial
+        run, buffer_threads = pruned.check_serial, 1
     with _KERNEL_LOCK:
+        buffers = _buffers(n, validate, buffer_threads)
         out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask, has_special,
-                                threads)
+                                *buffers)
     if bad:
         validate_stochastic(source)  # names the first offender
         raise RuntimeError("the kernel rejected a batch validate_stochastic accepts")

@@ -38,19 +38,24 @@ def quantised_shape(n: int) -> tuple[int, int]:
     return -(-n // TILE_ROWS) * TILE_ROWS + TILE_COLS, -(-n // LANES) * LANES
 
 
-def buffers(n: int, validate: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """One thread's (x, q, screened): the float64 scratch for renormalised rows ((n, n), or
-    (0, 0) when not validating), the zero-padded uint16 copy and the uint16 screen output."""
+def buffers(n: int, validate: bool, threads: int = 1) -> tuple[np.ndarray, ...]:
+    """Each thread's (x, q, screened), stacked on a leading thread axis: the float64 scratch
+    for renormalised rows ((n, n), or (0, 0) when not validating), the zero-padded uint16 copy
+    (its padding must stay zero: reuse it only for the same n) and the uint16 screen output."""
     rows, cols = quantised_shape(n)
-    x = np.empty((n, n) if validate else (0, 0), dtype=np.float64)
-    return x, np.zeros((rows, cols), dtype=np.uint16), np.empty((rows, rows), dtype=np.uint16)
+    x = np.empty((threads, n, n) if validate else (threads, 0, 0), dtype=np.float64)
+    q = np.zeros((threads, rows, cols), dtype=np.uint16)
+    return x, q, np.empty((threads, rows, rows), dtype=np.uint16)
 
 
 @njit(cache=True)
-def prepare_row(a: np.ndarray, i: int, x: np.ndarray, row_sum_tol: float) -> bool:
+def prepare_row(a: np.ndarray, i: int, x: np.ndarray, q: np.ndarray, scale: float,
+                row_sum_tol: float) -> bool:
     """x[i] = float64(a[i]) / row_sum(float64(a[i])) exactly as `kernel.normalise_rows` writes
-    it; False (x[i] then undefined) when an entry is not finite and >= 0 or the row sum is off 1
-    by more than row_sum_tol."""
+    it, and q[i, k] = floor(float64(a[i, k]) * (scale / total)) <= s x[i, k] (two roundings up
+    of at most 2^-53 each, below the 2^-50 that `scale_for` takes off s); False (x[i], q[i]
+    then undefined) when an entry is not finite and >= 0 or the row sum is off 1 by more than
+    row_sum_tol."""
     n = a.shape[1]
     bad = False
     for k in range(n):
@@ -62,8 +67,11 @@ def prepare_row(a: np.ndarray, i: int, x: np.ndarray, row_sum_tol: float) -> boo
     total = row_sum(x[i])
     if abs(total - 1.0) > row_sum_tol:
         return False
+    factor = scale / total
     for k in range(n):
-        x[i, k] = x[i, k] / total
+        v = x[i, k]
+        x[i, k] = v / total
+        q[i, k] = np.uint16(np.int32(v * factor))
     return True
 
 
@@ -304,9 +312,8 @@ def scale_for(rmax: float) -> float:
 def prepare_matrix(a, x, q, scale, row_sum_tol) -> bool:
     """Prepare and quantise every row of one (n, n) matrix a into x and q; False on bad input."""
     for i in range(a.shape[0]):
-        if not prepare_row(a, i, x, row_sum_tol):
+        if not prepare_row(a, i, x, q, scale, row_sum_tol):
             return False
-        quantise_row(x, i, scale, q)
     return True
 
 
@@ -318,45 +325,38 @@ def quantise_matrix(x, q, scale) -> None:
 
 
 @njit(parallel=True, cache=True)
-def check_over_matrices(a, validate, row_sum_tol, tol, window, special, has_special, threads):
-    """The exact verdict of every matrix of a (b, n, n) batch, matrices spread over `threads`
-    (thread t takes t, t + threads, ...), each thread with its own cache-sized buffers.
+def check_over_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
+                        screens):
+    """The exact verdict of every matrix of a (b, n, n) batch, matrices spread over the threads
+    of the `buffers` xs, qs, screens (thread t takes t, t + threads, ..., with its own buffers).
 
     `validate`: rows are checked and renormalised (any real dtype); else a is trusted float64
     already renormalised. Returns out_f (b, 4), out_i (b, 5) (`kernel.exact_verdict`) and the
     number of invalid matrices (their rows of out_* undefined: the caller raises).
     """
-    b, n = a.shape[0], a.shape[1]
-    rows = -(-n // TILE_ROWS) * TILE_ROWS + TILE_COLS
-    cols = -(-n // LANES) * LANES
+    b = a.shape[0]
+    threads = qs.shape[0]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
     bad = np.zeros(threads, dtype=np.int64)
     for t in prange(threads):
-        x = np.empty((n, n) if validate else (0, 0), dtype=np.float64)  # (row, column)
-        q = np.zeros((rows, cols), dtype=np.uint16)  # (padded row, padded column)
-        screened = np.empty((rows, rows), dtype=np.uint16)  # (row i, row j)
         for m in range(t, b, threads):
-            bad[t] += _one(a[m], validate, x, q, screened, row_sum_tol, tol, window,
+            bad[t] += _one(a[m], validate, xs[t], qs[t], screens[t], row_sum_tol, tol, window,
                            special[m], has_special, out_f, out_i, m)
     return out_f, out_i, bad.sum()
 
 
 @njit(cache=True)
-def check_serial(a, validate, row_sum_tol, tol, window, special, has_special, threads):
-    """As `check_over_matrices` on the calling thread alone (no parallel launch: small work)."""
-    b, n = a.shape[0], a.shape[1]
-    rows = -(-n // TILE_ROWS) * TILE_ROWS + TILE_COLS
-    cols = -(-n // LANES) * LANES
+def check_serial(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs, screens):
+    """As `check_over_matrices` on the calling thread alone with the buffers of thread 0 (no
+    parallel launch: small work)."""
+    b = a.shape[0]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
-    x = np.empty((n, n) if validate else (0, 0), dtype=np.float64)  # (row, column)
-    q = np.zeros((rows, cols), dtype=np.uint16)  # (padded row, padded column)
-    screened = np.empty((rows, rows), dtype=np.uint16)  # (row i, row j)
     bad = 0
     for m in range(b):
-        bad += _one(a[m], validate, x, q, screened, row_sum_tol, tol, window, special[m],
-                    has_special, out_f, out_i, m)
+        bad += _one(a[m], validate, xs[0], qs[0], screens[0], row_sum_tol, tol, window,
+                    special[m], has_special, out_f, out_i, m)
     return out_f, out_i, bad
 
 
@@ -395,19 +395,18 @@ def prepare_parallel(a, x, q, scale, row_sum_tol) -> bool:
     n = a.shape[0]
     ok = np.ones(n, dtype=np.bool_)
     for i in prange(n):
-        ok[i] = prepare_row(a, i, x, row_sum_tol)
-        if ok[i]:
-            quantise_row(x, i, scale, q)
+        ok[i] = prepare_row(a, i, x, q, scale, row_sum_tol)
     return ok.all()
 
 
-def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, threads):
-    """As `check_over_matrices`, one matrix at a time, each stage spread over the numba threads
-    (`threads` is for a uniform signature)."""
+def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
+                          screens):
+    """As `check_over_matrices`, one matrix at a time with the buffers of thread 0, each stage
+    spread over the numba threads."""
     b, n = a.shape[0], a.shape[1]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
-    x, q, screened = buffers(n, validate)
+    x, q, screened = xs[0], qs[0], screens[0]
     bad = 0
     for m in range(b):
         if n < 2:
