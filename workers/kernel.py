@@ -256,6 +256,82 @@ def window_of(tol: float, window: float) -> float:
 
 
 @njit(cache=True)
+def sparse_rows(x: np.ndarray, factor: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (or M = 0.5 * (I + x), entries as numpy computes them, when `factor`) as compressed
+    rows: (indptr (n + 1,), indices, values), nonzero entries of each row in column order."""
+    n = x.shape[0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for k in range(n):
+            count += (x[i, k] != 0.0) or (factor and k == i)
+        indptr[i + 1] = indptr[i] + count
+    indices = np.empty(indptr[n], dtype=np.int64)
+    values = np.empty(indptr[n], dtype=np.float64)
+    for i in range(n):
+        c = indptr[i]
+        for k in range(n):
+            if factor and k == i:
+                indices[c], values[c] = k, 0.5 * (1.0 + x[i, k])
+                c += 1
+            elif x[i, k] != 0.0:
+                indices[c], values[c] = k, 0.5 * x[i, k] if factor else x[i, k]
+                c += 1
+    return indptr, indices, values
+
+
+@njit(cache=True)
+def tv_pairs_sparse(indptr, indices, values, rows_i, rows_j) -> np.ndarray:
+    """`tv_pairs` from compressed rows, bit for bit: the oracle's sequential sum adds exact
+    zeros (|0 - 0|, |v - v|) wherever neither row has a nonzero entry, and adding +0.0 leaves a
+    sum >= 0 unchanged, so summing over the merged supports in column order is the same sum."""
+    out = np.empty(rows_i.shape[0], dtype=np.float64)
+    for c in range(rows_i.shape[0]):
+        p, p_end = indptr[rows_i[c]], indptr[rows_i[c] + 1]
+        r, r_end = indptr[rows_j[c]], indptr[rows_j[c] + 1]
+        s = 0.0
+        while p < p_end or r < r_end:
+            kp = indices[p] if p < p_end else 1 << 62
+            kr = indices[r] if r < r_end else 1 << 62
+            if kp == kr:
+                s += abs(values[p] - values[r])
+                p += 1
+                r += 1
+            elif kp < kr:
+                s += abs(values[p] - 0.0)
+                p += 1
+            else:
+                s += abs(0.0 - values[r])
+                r += 1
+        out[c] = 0.5 * s
+    return out
+
+
+@njit(cache=True)
+def is_sparse(x: np.ndarray) -> bool:
+    """At most one entry in 8 is nonzero (compressed rows then pay off)."""
+    nonzero = 0
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            nonzero += x[i, k] != 0.0
+    return 8 * nonzero <= x.size
+
+
+@njit(cache=True)
+def tv_many(a: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray, factor: bool) -> np.ndarray:
+    """The oracle's kappa_ij of A (or of M = 0.5 * (I + A) when `factor`) for each listed pair,
+    by the cheapest exact route: per pair for few pairs, compressed rows for many pairs of a
+    sparse matrix (identity, permutations, one-hot rows), else four dense pairs side by side."""
+    n = a.shape[0]
+    if rows_i.shape[0] <= 4 * n:
+        return tv_factor_pairs(a, rows_i, rows_j) if factor else tv_pairs(a, rows_i, rows_j)
+    if is_sparse(a):
+        indptr, indices, values = sparse_rows(a, factor)
+        return tv_pairs_sparse(indptr, indices, values, rows_i, rows_j)
+    return tv_pairs(lazy_factor(a) if factor else a, rows_i, rows_j)
+
+
+@njit(cache=True)
 def exact_verdict(a, a_i, a_j, m_i, m_j, tol, window, special, has_special, out_f, out_i, m):
     """The exact float64 verdict of one (n >= 2, n) matrix from its candidate pairs; row m of
     out_f (b, 4): kappa, kappa_factor, slack, content_gap; of out_i (b, 5):
@@ -264,19 +340,24 @@ def exact_verdict(a, a_i, a_j, m_i, m_j, tol, window, special, has_special, out_
     Contract on the candidates (each list in row-major (i, j) order, i < j): (a_i, a_j) holds
     every pair whose oracle kappa_ij is within 2 max(tol, window) of the oracle's kappa(A) (so
     the maximiser too); (m_i, m_j) holds a pair attaining the oracle's kappa(M) and only pairs.
-    Every value is the oracle's, computed in its sequential order: kappa and kappa_factor are
-    the oracle's maxima bit for bit. slack (min over pairs of the combined slack
-    (kappa - kappa_ij)/2 + s_ij/2) and content_gap (min over pairs with no special token of
-    kappa - kappa_ij; +inf when no such pair) are exact up to w = max(tol, window) and +inf
-    above it, so holds_by_characterisation == (slack <= tol) and attaining_special ==
-    (content_gap > tol) at every tolerance up to w.
+    Every value is the oracle's, computed in its sequential order (`characterise`).
     """
-    kept = m_i.shape[0]
-    if kept > 4 * a.shape[0]:  # many ties: build M once, run four pairs side by side
-        kappa_factor = tv_pairs(lazy_factor(a), m_i, m_j).max()
-    else:
-        kappa_factor = tv_factor_pairs(a, m_i, m_j).max()
-    a_tv = tv_pairs(a, a_i, a_j)
+    kappa_factor = tv_many(a, m_i, m_j, True).max()
+    a_tv = tv_many(a, a_i, a_j, False)
+    characterise(a, a_i, a_j, a_tv, kappa_factor, tol, window, special, has_special,
+                 out_f, out_i, m)
+
+
+@njit(cache=True)
+def characterise(a, a_i, a_j, a_tv, kappa_factor, tol, window, special, has_special,
+                 out_f, out_i, m):
+    """Row m of out_f, out_i from the oracle's kappa_ij (a_tv) of the kappa(A) candidates
+    (`exact_verdict`'s contract) and the oracle's kappa(M). kappa = max a_tv is the oracle's;
+    slack (min over pairs of the combined slack (kappa - kappa_ij)/2 + s_ij/2) and content_gap
+    (min over pairs with no special token of kappa - kappa_ij; +inf when no such pair) are
+    exact up to w = max(tol, window) and +inf above it, so holds_by_characterisation ==
+    (slack <= tol) and attaining_special == (content_gap > tol) at every tolerance up to w.
+    """
     kappa = a_tv.max()
     attaining = 0
     all_special = True

@@ -22,10 +22,26 @@ Per matrix, in a few cache-resident buffers (no float64 copy of the whole batch)
 
 from __future__ import annotations
 
+import functools
+
+import numba
 import numpy as np
 from numba import njit, prange
 
-from workers.kernel import U64, exact_verdict, no_pair, row_sum, tv_factor_pairs
+from workers.kernel import (
+    U64,
+    characterise,
+    exact_verdict,
+    is_sparse,
+    lazy_factor,
+    no_pair,
+    row_sum,
+    sparse_rows,
+    tv_factor_pairs,
+    tv_many,
+    tv_pairs,
+    tv_pairs_sparse,
+)
 
 SCALE = 65280.0  # quantisation scale for rows summing to 1: sum_k q_ik <= 65280 (1 + 1e-3) < 2^16
 LANES = 16  # columns are padded with zeros to whole 16-lane vectors
@@ -137,12 +153,17 @@ def screen_serial(q: np.ndarray, n: int, out: np.ndarray) -> None:
         screen_strip(q, n, strip, out)
 
 
+def strip_pairs(n: int) -> int:
+    """How many (strip p, strip last - p) pairs `screen_parallel` runs for n rows."""
+    return (-(-n // TILE_ROWS) + 1) // 2
+
+
 @njit(parallel=True, cache=True)
-def screen_parallel(q: np.ndarray, n: int, out: np.ndarray) -> None:
-    """`screen_serial` over the numba threads: strips p and last - p together balance the
-    triangle."""
+def screen_parallel(q: np.ndarray, n: int, out: np.ndarray, lo: int, hi: int) -> None:
+    """`screen_serial` of strip pairs lo <= p < hi (all: 0, `strip_pairs(n)`) over the numba
+    threads: strips p and last - p together balance the triangle."""
     strips = -(-n // TILE_ROWS)
-    for p in prange((strips + 1) // 2):
+    for p in prange(lo, hi):
         screen_strip(q, n, p, out)
         if strips - 1 - p != p:
             screen_strip(q, n, strips - 1 - p, out)
@@ -206,7 +227,15 @@ def select_and_verify(x, screened, scale, rmax, tol, window, special, has_specia
                       out_f, out_i, m):
     """Prune and verify one (n >= 2, n) matrix x from its screen `screened` (Q_ij, i < j) of
     q <= scale * x; rmax >= every exact row sum of x. Fills row m of out_f, out_i exactly as
-    `kernel.exact_verdict` defines them.
+    `kernel.exact_verdict` defines them."""
+    a_i, a_j, m_i, m_j = select(x, screened, scale, rmax, tol, window)
+    exact_verdict(x, a_i, a_j, m_i, m_j, tol, window, special, has_special, out_f, out_i, m)
+
+
+@njit(cache=True)
+def select(x, screened, scale, rmax, tol, window):
+    """The candidate pairs of one (n >= 2, n) matrix x from its screen, as
+    `kernel.exact_verdict` needs them: (a_i, a_j, m_i, m_j) int32, row-major order.
 
     U_ij = c0 - Q_ij / scale bounds the oracle's kappa_ij from above and
     (1 + U_ij)/2 - s_ij/2 + 2 err its kappa_ij(M); exact values of the best-bounded pairs bound
@@ -281,8 +310,7 @@ def select_and_verify(x, screened, scale, rmax, tol, window, special, has_specia
             if qv <= q_m and 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j) + 2.0 * err >= low_m:
                 m_i[c], m_j[c] = i, j
                 c += 1
-    exact_verdict(x, a_i, a_j, m_i[:c], m_j[:c], tol, window, special, has_special,
-                  out_f, out_i, m)
+    return a_i, a_j, m_i[:c], m_j[:c]
 
 
 @njit(cache=True)
@@ -399,10 +427,15 @@ def prepare_parallel(a, x, q, scale, row_sum_tol) -> bool:
     return ok.all()
 
 
+CHUNK_WORK = 2e8  # float64 terms per chunk of a long check (about 0.1-0.5 s): Ctrl-C acts
+# between chunks
+
+
 def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
                           screens):
     """As `check_over_matrices`, one matrix at a time with the buffers of thread 0, each stage
-    spread over the numba threads."""
+    spread over the numba threads and cut into chunks of about CHUNK_WORK that return to Python
+    in between, so that a long check (ties everywhere at large n) can be interrupted."""
     b, n = a.shape[0], a.shape[1]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
@@ -427,7 +460,54 @@ def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_sp
             rmax = trusted_rmax(matrix)
             scale = scale_for(rmax)
             quantise_matrix(matrix, q, scale)
-        screen_parallel(q, n, screened)
-        select_and_verify(matrix, screened, scale, rmax, tol, window, special[m], has_special,
-                          out_f, out_i, m)
+        total = strip_pairs(n)
+        step = max(1, int(CHUNK_WORK // (2 * TILE_ROWS * n * n / 4)))  # a strip pair: ~n^2/2
+        for lo in range(0, total, step):
+            screen_parallel(q, n, screened, lo, min(total, lo + step))
+        a_i, a_j, m_i, m_j = select(matrix, screened, scale, rmax, tol, window)
+        kappa_factor = tv_chunked(matrix, m_i, m_j, True, maximum=True)[0]
+        a_tv = tv_chunked(matrix, a_i, a_j, False)
+        characterise(matrix, a_i, a_j, a_tv, kappa_factor, tol, window, special[m],
+                     has_special, out_f, out_i, m)
     return out_f, out_i, bad
+
+
+@njit(parallel=True, cache=True)
+def _tv_split(x, rows_i, rows_j, parts):
+    """tv_pairs of x (dense) for the listed pairs, the list cut into `parts` spread over the
+    numba threads (each pair in the oracle's order)."""
+    count = rows_i.shape[0]
+    out = np.empty(count, dtype=np.float64)
+    for p in prange(parts):
+        lo, hi = p * count // parts, (p + 1) * count // parts
+        out[lo:hi] = tv_pairs(x, rows_i[lo:hi], rows_j[lo:hi])
+    return out
+
+
+def tv_chunked(x: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray, factor: bool,
+               maximum: bool = False) -> np.ndarray:
+    """The oracle's kappa_ij of x (or of M = 0.5 * (I + x) when `factor`) for the listed
+    pairs, as `kernel.tv_many` computes them, in chunks of about CHUNK_WORK terms; with
+    `maximum` only their maximum, (1,), holding one chunk at a time."""
+    n, count = x.shape[0], rows_i.shape[0]
+    if count <= 4 * n:
+        values = tv_many(x, rows_i, rows_j, factor)
+        return values.max(keepdims=True) if maximum else values
+    if is_sparse(x):
+        indptr, indices, entries = sparse_rows(x, factor)
+        per_pair = 2.0 * indices.shape[0] / n + 1.0
+        run = functools.partial(tv_pairs_sparse, indptr, indices, entries)
+    else:
+        dense = lazy_factor(x) if factor else x
+        per_pair = float(n)
+        run = functools.partial(_tv_split, dense, parts=numba.get_num_threads())
+    step = max(4 * n, int(CHUNK_WORK // per_pair))
+    out = np.empty(1 if maximum else count, dtype=np.float64)
+    out[0] = -np.inf
+    for lo in range(0, count, step):
+        part = run(rows_i[lo:lo + step], rows_j[lo:lo + step])
+        if maximum:
+            out[0] = max(out[0], part.max())
+        else:
+            out[lo:lo + step] = part
+    return out
