@@ -12,6 +12,7 @@ from tests.test_equality import oracle, pair_tv
 from workers import pruned
 from workers.equality import (
     DEFAULT_TOL,
+    PARALLEL_MIN_N,
     ROW_SUM_TOL,
     SLACK_WINDOW,
     check,
@@ -178,3 +179,28 @@ def test_an_invalid_matrix_inside_a_batch_is_named_as_validate_names_it(n):
     a[7, 3, 5], a[2, 1] = 0.0, a[2, 1] * 1.01
     with pytest.raises(NotStochasticError, match="matrix 2 row 1 sums to"):
         check(a[:3])
+
+
+@pytest.mark.parametrize("kind", ["identity", "identical", "one_hot", "sink"])
+def test_long_checks_in_small_chunks_give_the_same_answer(kind, monkeypatch):
+    """n >= PARALLEL_MIN_N, one matrix: the chunked driver; with tiny chunks it returns to
+    Python many times (screen strips, dense and sparse exact sums) and still equals the oracle."""
+    n = PARALLEL_MIN_N + 5
+    a = family(kind, n, np.random.default_rng(2))[None]
+    whole = check(a, special=np.arange(n) < 3)
+    monkeypatch.setattr(pruned, "CHUNK_WORK", 3e4)
+    chunked = check(a, special=np.arange(n) < 3)
+    for name in ("kappa", "kappa_factor", "pair", "attaining_pairs", "slack", "content_gap",
+                 "holds_by_characterisation", "attaining_special"):
+        np.testing.assert_array_equal(getattr(chunked, name), getattr(whole, name))
+    if kind in ("identity", "identical"):  # every pair ties: exact sums over all pairs
+        assert whole.attaining_pairs[0] == n * (n - 1) // 2
+
+
+def test_identity_at_large_n_is_fast_through_sparse_exact_sums():
+    n = 1500
+    result = check(np.eye(n))
+    assert result.records() == [{
+        "kappa": 1.0, "kappa_factor": 1.0, "bound": 1.0, "margin": 0.0, "holds": True,
+        "holds_by_characterisation": True, "pair": [0, 1], "attaining_pairs": n * (n - 1) // 2,
+    }]
