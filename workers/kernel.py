@@ -1,6 +1,9 @@
 """Numba kernels for the pairwise total variation of row-stochastic matrices. Pure, no I/O.
 
-Two stages, both per matrix:
+`equality.check` on the CPU screens with `workers.pruned` (uint16 upper bounds, exact pruning);
+this module holds the float32 screen behind `check(device=...)` (torch.cdist) and the tests, the
+exact verification both share (`exact_verdict`, `characterise`, dense and sparse oracle-order
+sums) and the float64 kappa of rollouts (`kappa_over_matrices`). The float32 route, per matrix:
 
 1. Screen (fast, float32, SIMD): for every row pair i < j an estimate of
    kappa_ij(A) = 1/2 sum_k |A_ik - A_jk| = 1/2 (r_i + r_j) - sum_k min(A_ik, A_jk)  (r: row sums),
