@@ -408,11 +408,12 @@ def _one(a, validate, x, q, screened, row_sum_tol, tol, window, special, has_spe
     if n < 2:
         no_pair(out_f, out_i, m)
         return 0
-    rmax = trusted_rmax(a)
+    matrix = np.asarray(a, dtype=np.float64)  # a itself: trusted input is float64
+    rmax = trusted_rmax(matrix)
     scale = scale_for(rmax)
-    quantise_matrix(a, q, scale)
+    quantise_matrix(matrix, q, scale)
     screen_serial(q, n, screened)
-    select_and_verify(a, screened, scale, rmax, tol, window, special, has_special,
+    select_and_verify(matrix, screened, scale, rmax, tol, window, special, has_special,
                       out_f, out_i, m)
     return 0
 
