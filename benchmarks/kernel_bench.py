@@ -1,13 +1,16 @@
 """Time the pairwise total-variation kernel against torch.cdist(p=1) and scipy's cdist.
 
-    python benchmarks/kernel_bench.py [--sizes 197,257,577,1025] [--memory-size 1370]
+    python benchmarks/kernel_bench.py [--sizes 197,257,577,1025,1370] [--stack 400]
+        [--stack-sizes 257] [--memory-size 1370] [--seconds 1]
 
 Work is counted as n^3 pair-elements per matrix (ordered row pairs x columns: what cdist computes;
 our kernel computes each unordered pair once, so it does half of that). The contenders run in
 turn, round after round, for --seconds; each keeps its best time, so all see the same load; ratios
 are to torch.cdist in the same rounds: compare them, not absolute rates, on a loaded machine.
 Two inputs: uniform random stochastic rows and attention-like rows (softmax of random logits with
-a heavy sink column). On a machine where torch sees a GPU,
+a heavy sink column). `check x12` is one call on 12 distinct matrices (an input's layers) and
+`check x400` one call on --stack distinct matrices (at --stack-sizes only); both are reported per
+matrix. On a machine where torch sees a GPU,
 torch.cdist and the full check also run there (check(device="cuda")).
 """
 
@@ -22,30 +25,45 @@ import numpy as np
 import torch
 from scipy.spatial.distance import cdist
 
-from workers import kernel
 from workers.baseline import draw_uniform_stochastic
 from workers.equality import check
 
 
-def attention_like(rng: np.random.Generator, n: int) -> np.ndarray:
-    """Softmax of N(0, 4) logits with +4 on column 0 (an attention sink); (n, n) float64."""
-    logits = 2.0 * rng.normal(size=(n, n))
-    logits[:, 0] += 4.0
-    e = np.exp(logits - logits.max(axis=1, keepdims=True))
-    return e / e.sum(axis=1, keepdims=True)
+def attention_like(rng: np.random.Generator, n: int, b: int | None = None) -> np.ndarray:
+    """Softmax of N(0, 4) logits with +4 on column 0 (an attention sink); (n, n) float64, or
+    (b, n, n) with b distinct matrices."""
+    logits = 2.0 * rng.normal(size=(n, n) if b is None else (b, n, n))
+    logits[..., 0] += 4.0
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
 
 
-def best_times(fns: dict[str, Callable[[], object]], seconds: float) -> dict[str, float]:
-    """Best wall time of each fn(), calling them in turn (after one warm-up each) for `seconds`."""
+def uniform(rng: np.random.Generator, n: int, b: int | None = None) -> np.ndarray:
+    """Rows uniform on the simplex; (n, n) float64, or (b, n, n) with b distinct matrices."""
+    if b is None:
+        return draw_uniform_stochastic(rng, 1, n)[0]
+    return np.stack([draw_uniform_stochastic(rng, 1, n)[0] for _ in range(b)])
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def best_times(
+    fns: dict[str, Callable[[], object]], seconds: float, clock: str = "wall"
+) -> dict[str, float]:
+    """Best time of each fn(), calling them in turn (after one warm-up each) for `seconds` of
+    wall time. clock "cpu": CPU seconds of the whole process (all threads; what a loaded
+    machine does not inflate by descheduling) instead of wall seconds."""
     for fn in fns.values():
         fn()
+    now = CLOCKS[clock]
     best = dict.fromkeys(fns, float("inf"))
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
         for name, fn in fns.items():
-            t = time.perf_counter()
+            t = now()
             fn()
-            best[name] = min(best[name], time.perf_counter() - t)
+            best[name] = min(best[name], now() - t)
     return best
 
 
@@ -53,27 +71,25 @@ LAYERS = 12  # matrices per `check` call in a sweep: one input's layers (ViT-B: 
 
 
 def per_matrix(name: str) -> int:
-    """How many matrices one call of contender `name` handles."""
-    return LAYERS if name.startswith(f"check x{LAYERS}") else 1
+    """How many matrices one call of contender `name` handles ('check x400' -> 400)."""
+    head = name.split()[1] if name.startswith("check x") else "x1"
+    return int(head[1:])
 
 
-def contenders(a: np.ndarray, cuda: bool) -> dict[str, Callable[[], object]]:
-    """Name -> zero-argument callable computing all pairwise L1 distances / the full test."""
-    n = a.shape[0]
-    tiles = kernel.tile_order(n)
-    x, screened = kernel.screen_buffers(n)  # reused, as check reuses them across matrices
-
-    def screen() -> None:
-        kernel.fill_float32(a, x)
-        kernel.screen_parallel(x, tiles, screened)
-
+def contenders(
+    a: np.ndarray, layers: np.ndarray, stack: np.ndarray | None, cuda: bool
+) -> dict[str, Callable[[], object]]:
+    """Name -> zero-argument callable computing all pairwise L1 distances / the full test:
+    `a` (n, n), `layers` (LAYERS, n, n), `stack` (b, n, n) or None; all float64."""
     x32 = torch.from_numpy(a.astype(np.float32))
     batch = a[None]
-    layers = np.repeat(batch, LAYERS, axis=0)  # one input's layers, as a sweep's test task calls it
     runs = {
         "check (exact f64)": lambda: check(batch),
         f"check x{LAYERS} layers": lambda: check(layers),
-        "screen kernel f32": screen,
+    }
+    if stack is not None:
+        runs[f"check x{stack.shape[0]} stack"] = lambda: check(stack)
+    runs |= {
         "torch.cdist f32": lambda: torch.cdist(x32, x32, p=1),
         "scipy cdist f64": lambda: cdist(a, a, "cityblock"),
     }
@@ -107,24 +123,30 @@ def reset_peak_rss() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="197,257,577,1025")
+    parser.add_argument("--stack", type=int, default=400, help="matrices in the big stack")
+    parser.add_argument("--stack-sizes", default="257", help="sizes n timed on the big stack")
     parser.add_argument("--memory-size", type=int, default=1370)
     parser.add_argument("--seconds", type=float, default=1.0, help="time budget per timing")
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall seconds, or CPU seconds of the process (for loaded machines)")
     args = parser.parse_args()
     cuda = torch.cuda.is_available()
     print(
         f"numba threads {numba.get_num_threads()}, torch threads {torch.get_num_threads()}, "
-        f"device {'cuda: ' + torch.cuda.get_device_name() if cuda else 'cpu only'}; "
+        f"device {'cuda: ' + torch.cuda.get_device_name() if cuda else 'cpu only'}, "
+        f"{args.clock} clock; "
         "rates in G pair-elements/s (n^3 per matrix); x = speed relative to torch.cdist f32 (cpu)"
     )
     rng = np.random.default_rng(0)
+    stack_sizes = {int(s) for s in args.stack_sizes.split(",") if s}
     for n in [int(s) for s in args.sizes.split(",")]:
-        for label, a in (
-            ("uniform", draw_uniform_stochastic(rng, 1, n)[0]),
-            ("attention", attention_like(rng, n)),
-        ):
+        for label, draw in (("uniform", uniform), ("attention", attention_like)):
+            a, layers = draw(rng, n), draw(rng, n, LAYERS)
+            stack = draw(rng, n, args.stack) if n in stack_sizes else None
+            runs = contenders(a, layers, stack, cuda)
             times = {
                 name: t / per_matrix(name)
-                for name, t in best_times(contenders(a, cuda), args.seconds).items()
+                for name, t in best_times(runs, args.seconds, args.clock).items()
             }
             ref = times["torch.cdist f32"]
             cells = "  ".join(

@@ -99,6 +99,16 @@ RESULT_VARS: dict[str, Var] = {
         RESULT_DIMS, "int8", -1, "AttainingKind: the token kinds of the pairs attaining kappa "
         "within tol (-1 none)",
     ),
+    "slack": Var(
+        RESULT_DIMS, "float64", np.nan, "min over pairs of the combined slack (kappa - kappa_ij)/2 "
+        "+ s_ij/2: holds_by_characterisation == (slack <= tol); exact up to "
+        "workers.equality.SLACK_WINDOW, +inf above it",
+    ),
+    "content_gap": Var(
+        RESULT_DIMS, "float64", np.nan, "min over pairs without a special token of kappa - "
+        "kappa_ij: attaining_special == (content_gap > tol); exact up to SLACK_WINDOW, +inf above "
+        "it or when every pair has a special token",
+    ),
     "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
     "status": Var(
         RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 no token, "

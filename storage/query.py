@@ -30,6 +30,7 @@ from storage.layout import (
 )
 from storage.query_nulls import baseline_dataset, matched_nulls_dataset
 from workers.baseline import wilson_interval
+from workers.equality import SLACK_WINDOW
 from workers.errors import InputError
 
 GROUP_KEYS = ("model", "layer", "token_set", "depth")
@@ -77,7 +78,8 @@ def holding_rates(
     `depth_bins` equal bins), then `inputs` (cells with status OK), `holding`, `rate`, `ci_low`,
     `ci_high` (95% Wilson), `pending` (not computed yet), `skipped` (empty row / too small) and
     `disagreements` (OK cells whose stored verdict and characterisation differ; expected 0).
-    `tol` re-applies a tolerance from the stored margins (holds := margin <= tol).
+    `tol` (<= SLACK_WINDOW) re-applies a tolerance to every stored verdict: holds := margin <=
+    tol, holds_by_characterisation := slack <= tol (so disagreements are recounted too).
     """
     return rates_from_cells(cell_counts(tree, tol), by, depth_bins)
 
@@ -129,6 +131,17 @@ def holds(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:
     return ds["holds"] if tol is None else ds["margin"] <= tol
 
 
+def holds_by_characterisation(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:
+    """The characterisation per cell: stored, or `slack <= tol` when a tolerance is given."""
+    return ds["holds_by_characterisation"] if tol is None else ds["slack"] <= tol
+
+
+def attaining_special(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:
+    """Whether every attaining pair involves a special token: stored, or `content_gap > tol`
+    when a tolerance is given (pairs within tol of kappa attain)."""
+    return ds["attaining_special"] if tol is None else ds["content_gap"] > tol
+
+
 def ok(ds: xr.Dataset) -> xr.DataArray:
     """Cells whose test has run and produced a verdict (status OK)."""
     return ds["status"] == ResultStatus.OK
@@ -156,12 +169,18 @@ def depth_bin(relative_depth: np.ndarray, bins: int) -> np.ndarray:
 
 
 def check_tol(tol: float | None) -> float | None:
-    """`tol` as a float, or InputError unless it is None or a non-negative finite number."""
+    """`tol` as a float, or InputError unless it is None or a finite number in [0, W]: the
+    stored slack and content_gap decide the verdicts exactly only up to W = SLACK_WINDOW."""
     if tol is None:
         return None
     value = float(tol)
     if not np.isfinite(value) or value < 0:
         raise InputError(f"tolerance must be a non-negative finite number, got {tol!r}")
+    if value > SLACK_WINDOW:
+        raise InputError(
+            f"tolerance {value:g} is above {SLACK_WINDOW:g}, the window within which the stored "
+            "slack and content_gap are exact: re-run the test stage with that tol instead"
+        )
     return value
 
 
@@ -174,7 +193,7 @@ def _counts(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
             "holding": (done & holds(ds, tol)).sum("input"),
             "pending": (status == ResultStatus.NOT_COMPUTED).sum("input"),
             "skipped": (~done & (status != ResultStatus.NOT_COMPUTED)).sum("input"),
-            "disagreements": (done & (ds["holds"] != ds["holds_by_characterisation"]))
+            "disagreements": (done & (holds(ds, tol) != holds_by_characterisation(ds, tol)))
             .sum("input"),
         }
     )

@@ -19,6 +19,7 @@ import xarray as xr
 
 from storage.layout import BASELINE_GROUP
 from storage.query import (
+    attaining_special,
     cell_counts,
     check_tol,
     holds,
@@ -115,11 +116,11 @@ def special_token_rescue(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
 
 def special_pairs(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
     """How often every attaining pair involves a special token, on all tokens: overall and
-    among the failing pairs (attaining pairs as found at the sweep's own tolerance)."""
+    among the failing pairs (attaining pairs within `tol` of kappa, or the sweep's own)."""
     names, lazy = [], []
     for name in _models_with(tree, ("all",)):
         every = tree[name].to_dataset().sel(token_set="all")
-        done, special = ok(every), every["attaining_special"]
+        done, special = ok(every), attaining_special(every, tol)
         failing = done & ~holds(every, tol)
         lazy.append((done.sum(), (done & special).sum(), failing.sum(), (failing & special).sum()))
         names.append(name)

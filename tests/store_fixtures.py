@@ -1,7 +1,9 @@
 """Hand-built sweep stores following `storage.layout` exactly, for tests of the readers.
 
 Tests choose verdicts (margins and statuses) by hand; everything else in a result cell is derived
-consistently from them: bound = (1 + kappa)/2, kappa_factor = bound - margin, holds = margin <= tol.
+consistently from them: bound = (1 + kappa)/2, kappa_factor = bound - margin, holds = margin <= tol,
+slack = margin where the characterisation agrees with the definition (else 0 or X), content_gap =
++inf where attaining_special else 0, unless given.
 Cells whose status is not OK keep the layout's fill values, as an unfinished sweep leaves them.
 """
 
@@ -37,6 +39,8 @@ class FixtureModel:
     attaining_special: np.ndarray | None = None
     attaining_kind: np.ndarray | None = None  # AttainingKind per cell; defaults to the fill
     holds_by_characterisation: np.ndarray | None = None  # defaults to margin <= tol
+    slack: np.ndarray | None = None  # defaults to agree with holds_by_characterisation at tol
+    content_gap: np.ndarray | None = None  # defaults to +inf where attaining_special, else 0
     rollout_kappa: np.ndarray | None = None
     rollout_bound: np.ndarray | None = None
     n_tokens: np.ndarray | None = None  # (input,); defaults to t_max for every input
@@ -130,19 +134,27 @@ def _result_values(model: FixtureModel, var: str, status: np.ndarray, n_tokens) 
     done = status == ResultStatus.OK
     margin = np.asarray(model.margin, dtype=np.float64)
     bound = (1.0 + model.kappa) / 2.0
+    characterisation = (margin <= model.tol if model.holds_by_characterisation is None
+                        else np.asarray(model.holds_by_characterisation))
+    agrees = characterisation == (margin <= model.tol)
+    slack = np.where(agrees, margin, np.where(characterisation, 0.0, X))
+    special = (np.zeros(status.shape, dtype=bool) if model.attaining_special is None
+               else np.asarray(model.attaining_special))
+    content_gap = np.where(special, np.inf, 0.0)
     derived = {
         "kappa": np.full(status.shape, model.kappa),
         "kappa_factor": bound - margin,
         "bound": np.full(status.shape, bound),
         "margin": margin,
         "holds": margin <= model.tol,
-        "holds_by_characterisation": margin <= model.tol
-        if model.holds_by_characterisation is None else model.holds_by_characterisation,
+        "holds_by_characterisation": characterisation,
         "pair_i": np.zeros(status.shape),
         "pair_j": np.ones(status.shape),
         "attaining_pairs": np.ones(status.shape),
         "attaining_special": model.attaining_special,
         "attaining_kind": model.attaining_kind,
+        "slack": slack if model.slack is None else model.slack,
+        "content_gap": content_gap if model.content_gap is None else model.content_gap,
         "n_kept": _n_kept(model.token_sets, n_tokens, status.shape),
         "status": status,
         "rollout_kappa": model.rollout_kappa,
@@ -175,14 +187,16 @@ def hand_store(path: Path) -> Path:
     for inputs 0-3 (stored tol 1e-12; `-` = skipped)::
 
         all      layer 0: 0 0 0 0      -> 4/4     content  layer 0: 0 0 0 X  -> 3/4
-                 layer 1: 0 X 0 5e-4   -> 2/4               layer 1: 0 0 0 0  -> 4/4
+                 layer 1: 0 X 0 5e-7   -> 2/4               layer 1: 0 0 0 0  -> 4/4
                  layer 2: X X X 0      -> 1/4               layer 2: 0 - X 0  -> 2/3
 
-    The characterisation disagrees with the definition at (input 3, layer 1, all) only.
+    The characterisation disagrees with the definition at (input 3, layer 1, all) only (its slack
+    is 0: at tol 1e-6 both hold). Every attaining pair involves a special token at (inputs 1, 2,
+    layer 2, all); content gaps there +inf and 5e-7 (not special any more at tol 1e-6).
     beta: 2 inputs, 1 layer, token set (all,): margins 0 and 0.2 -> 1/2.
     baseline: n = 2: chunks (5/10, 4/10, not done) -> 9/20; n = 3: (2/10, -, -) -> 2/10.
     """
-    all_margins = np.array([[0, 0, X], [0, X, X], [0, 0, X], [0, 5e-4, 0], [0, 0, 0]])
+    all_margins = np.array([[0, 0, X], [0, X, X], [0, 0, X], [0, 5e-7, 0], [0, 0, 0]])
     content_margins = np.array([[0, 0, 0], [0, 0, np.nan], [0, 0, X], [X, 0, 0], [0, 0, 0]])
     margin = np.stack([all_margins, content_margins], axis=-1)  # (input, layer, token_set)
     status = np.full(margin.shape, OK, dtype=np.int8)
@@ -191,7 +205,9 @@ def hand_store(path: Path) -> Path:
     special = np.zeros(margin.shape, dtype=bool)
     special[[1, 2], 2, 0] = True  # two of the three failing all-token cells of layer 2
     characterisation = margin <= 1e-12
-    characterisation[3, 1, 0] = True  # one disagreement with the definition (margin 5e-4)
+    characterisation[3, 1, 0] = True  # one disagreement with the definition (margin 5e-7)
+    content_gap = np.where(special, np.inf, 0.0)
+    content_gap[2, 2, 0] = 5e-7
     rollout_bound = np.broadcast_to(np.array([0.9, 0.8, 0.4])[None, :, None], margin.shape)
     rollout_kappa = np.broadcast_to(np.array([0.9, 0.6, 0.1])[None, :, None], margin.shape)
     alpha = FixtureModel(
@@ -199,6 +215,7 @@ def hand_store(path: Path) -> Path:
         status=status,
         attaining_special=special,
         holds_by_characterisation=characterisation,
+        content_gap=content_gap,
         rollout_kappa=rollout_kappa,
         rollout_bound=rollout_bound,
         n_tokens=np.array([5, 5, 4, 5, 5]),

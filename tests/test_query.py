@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 import zarr
 
-from storage.query import holding_rates, open_results
+from storage.query import (
+    attaining_special,
+    holding_rates,
+    holds_by_characterisation,
+    open_results,
+)
 from tests.store_fixtures import FixtureModel, hand_store, write_store
 from workers.errors import InputError
 
@@ -119,13 +124,36 @@ def test_depth_bins_group_layers_by_relative_depth(tree):
 
 
 def test_tolerance_is_reapplied_from_stored_margins(tree):
-    loose = holding_rates(tree, tol=1e-3)
-    assert row(loose, model="alpha", layer=1, token_set="all")["holding"] == 3  # 5e-4 now holds
+    loose = holding_rates(tree, tol=1e-6)
+    assert row(loose, model="alpha", layer=1, token_set="all")["holding"] == 3  # 5e-7 now holds
     assert row(loose, model="alpha", layer=2, token_set="all")["holding"] == 1
-    everything = holding_rates(tree, by=("model", "token_set"), tol=0.5)
-    assert (everything["holding"] == everything["inputs"]).all()
     strict = holding_rates(tree, tol=0.0)
     assert row(strict, model="alpha", layer=1, token_set="all")["holding"] == 2
+
+
+def test_tolerance_reapplies_the_characterisation_and_recounts_disagreements(tree):
+    # (input 3, layer 1, all): margin 5e-7, slack 0 -> a disagreement up to tol 5e-7 only
+    assert holding_rates(tree, tol=0.0)["disagreements"].sum() == 1
+    assert holding_rates(tree, tol=1e-6)["disagreements"].sum() == 0
+    alpha = tree["alpha"].to_dataset()
+    stored = holds_by_characterisation(alpha)
+    assert bool(stored.sel(input="img-003", layer=1, token_set="all"))
+    again = holds_by_characterisation(alpha, 1e-12) == stored  # at the sweep's own tol
+    assert bool(again.where(alpha["status"] == 0, True).all())
+
+
+def test_tolerance_reapplies_attaining_special_from_content_gaps(tree):
+    every = tree["alpha"].to_dataset().sel(token_set="all", layer=2)
+    assert attaining_special(every).values[:4].tolist() == [False, True, True, False]
+    assert attaining_special(every, 1e-7).values[:4].tolist() == [False, True, True, False]
+    assert attaining_special(every, 1e-6).values[:4].tolist() == [False, True, False, False]
+
+
+@pytest.mark.parametrize("loose", [1.1e-6, 1e-3, 0.5])
+def test_tolerance_above_the_window_is_refused(tree, loose):
+    with pytest.raises(InputError, match="window") as info:
+        holding_rates(tree, tol=loose)
+    assert "\n" not in str(info.value)
 
 
 def test_baseline_node_sums_finished_chunks(tree):

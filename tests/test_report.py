@@ -74,9 +74,11 @@ def test_whole_rollout_against_the_product_of_bounds(report):
 
 
 def test_tolerance_reaches_every_section(store):
-    loose = build_report(open_results(store), tol=1e-3)
+    loose = build_report(open_results(store), tol=1e-6)
     assert only(loose.summary, model="alpha", token_set="all")["holding"] == 8
     assert only(loose.rescue, model="alpha")["failing_all"] == 4
+    pairs = only(loose.special_pairs, model="alpha")  # content gap 5e-7 at (input 2, layer 2)
+    assert pairs[["special", "failing_special", "failing"]].tolist() == [1, 1, 4]
 
 
 def test_json_has_rates_summary_and_baseline_records(store, capsys):
@@ -94,10 +96,18 @@ def test_json_has_rates_summary_and_baseline_records(store, capsys):
 
 
 def test_cli_tolerance_is_applied(store, capsys):
-    assert main(["report", str(store), "--format", "json", "--tol", "0.5"]) == 0
+    assert main(["report", str(store), "--format", "json", "--tol", "1e-6"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert document["tol"] == 0.5
-    assert all(r["holding"] == r["inputs"] for r in document["summary"])
+    assert document["tol"] == 1e-6
+    alpha = next(r for r in document["summary"]
+                 if (r["model"], r["token_set"]) == ("alpha", "all"))
+    assert (alpha["holding"], alpha["inputs"]) == (8, 12)
+
+
+def test_cli_tolerance_above_the_window_is_a_one_line_error(store, capsys):
+    assert main(["report", str(store), "--tol", "0.5"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "window" in error
 
 
 def test_csv_is_the_per_layer_rates_table(store, capsys):

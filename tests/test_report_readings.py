@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -74,8 +75,11 @@ def test_attribution_decomposes_the_all_token_failures(store):
     assert (plain["kind"], plain["failures"], plain["content_tested"]) == ("content-only", 1, None)
 
 
-def test_a_loose_tolerance_leaves_nothing_to_attribute(store):
-    assert build_report(open_results(store), tol=0.1).attribution.empty
+def test_a_loose_tolerance_leaves_nothing_to_attribute(tmp_path):
+    small = replace(gamma(), margin=np.where(gamma().margin == X, 5e-7, gamma().margin))
+    store = write_store(tmp_path / "sweep.zarr", {"gamma": small})
+    assert not build_report(open_results(store)).attribution.empty
+    assert build_report(open_results(store), tol=1e-6).attribution.empty
 
 
 def test_json_csv_and_markdown_name_the_reading(store, capsys):

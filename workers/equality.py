@@ -19,7 +19,7 @@ import numba
 import numpy as np
 import threadpoolctl
 
-from workers import kernel
+from workers import kernel, pruned
 from workers.errors import InputError, NotStochasticError
 
 DEFAULT_TOL = 1e-12
@@ -30,6 +30,8 @@ ROW_SUM_TOL = 1e-3
 """Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
 
 MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
+PARALLEL_MIN_N = 400  # below it, threads take whole matrices (b >= threads) or one thread runs
+# (b = 1): a parallel launch costs as much as the kernel there, far more on a loaded machine
 _KERNEL_LOCK = threading.Lock()  # one parallel kernel at a time per process: numba's workqueue
 # threading layer aborts on concurrent launches, and concurrent teams would oversubscribe cores
 
@@ -40,12 +42,9 @@ def _where(index: tuple[int, int], batched: bool, name: str) -> str:
     return f"{head} row {index[1]}"
 
 
-def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
-    """(n, n) or (b, n, n) row-stochastic input -> float64 (b, n, n) with rows renormalised.
-
-    Raises NotStochasticError naming the matrix and row: wrong shape, NaN/inf, negative entries,
-    or a row not summing to 1 within ROW_SUM_TOL.
-    """
+def _as_batch(a: np.ndarray, name: str) -> tuple[np.ndarray, bool]:
+    """(n, n) or (b, n, n) real input as an (b, n, n) array (no copy when it already is one)
+    and whether it was batched; NotStochasticError on a wrong dtype or shape."""
     arr = np.asarray(a)
     if arr.dtype.kind not in "biuf":
         raise NotStochasticError(f"{name} has dtype {arr.dtype}: need real numbers (float32/64)")
@@ -54,6 +53,16 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
         raise NotStochasticError(
             f"{name} has shape {arr.shape}: need a square (n, n) or batch (b, n, n), b, n >= 1"
         )
+    return arr.reshape((-1,) + arr.shape[-2:]), batched
+
+
+def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
+    """(n, n) or (b, n, n) row-stochastic input -> float64 (b, n, n) with rows renormalised.
+
+    Raises NotStochasticError naming the matrix and row: wrong shape, NaN/inf, negative entries,
+    or a row not summing to 1 within ROW_SUM_TOL.
+    """
+    arr, batched = _as_batch(a, name)
     x = np.array(arr, dtype=np.float64, ndmin=3, order="C")  # (batch, row, column)
     code, m, i, k = kernel.normalise_rows(x, ROW_SUM_TOL)
     where = _where((m, i), batched, name)
@@ -74,9 +83,19 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
     return x
 
 
+SLACK_WINDOW = 1e-6
+"""W: `EqualityResult.slack` and `.content_gap` are exact up to max(tol, W) and +inf above it, so
+every tolerance-dependent verdict can be re-applied from them at any tolerance <= W."""
+
+
 @dataclass(frozen=True)
 class EqualityResult:
-    """Per-matrix verdicts of a batch of b matrices; every array has leading dimension b."""
+    """Per-matrix verdicts of a batch of b matrices; every array has leading dimension b.
+
+    At the call's tol: holds == (margin <= tol), holds_by_characterisation == (slack <= tol),
+    attaining_special == (content_gap > tol); and the same three equalities decide the verdicts
+    at any other tolerance t <= SLACK_WINDOW (the characterisation's pair aside).
+    """
 
     kappa: np.ndarray  # (b,) float64: kappa(A)
     kappa_factor: np.ndarray  # (b,) float64: kappa(M), M = (I + A)/2
@@ -87,6 +106,12 @@ class EqualityResult:
     attaining_special: np.ndarray  # (b,) bool: every attaining pair involves a special token
     pair: np.ndarray  # (b, 2) int64: the self-dominant attaining pair i < j, -1 when none
     attaining_pairs: np.ndarray  # (b,) int64: pairs i < j with kappa - kappa_ij <= tol
+    slack: np.ndarray  # (b,) float64: min over i < j of (kappa - kappa_ij)/2 + s_ij/2 (the
+    # characterisation's combined slack, s_ij = (A_ji - A_ii)+ + (A_ij - A_jj)+); exact up to
+    # max(tol, SLACK_WINDOW), +inf above it and when n = 1
+    content_gap: np.ndarray  # (b,) float64: min over pairs with no special token of
+    # kappa - kappa_ij; exact up to max(tol, SLACK_WINDOW), +inf above it or when every pair
+    # has a special token, -inf when n = 1 (no pair attains); 0 when no mask is given
 
     @property
     def disagreements(self) -> int:
@@ -138,10 +163,52 @@ def _check_torch(
         screened = (0.5 * torch.cdist(x, x, p=1)).cpu().numpy()  # (batch, row i, row j)
         parts.append(
             kernel.check_screened(
-                a[start : start + group], screened, tol, mask[start : start + group], has_special
+                a[start : start + group], screened, tol, SLACK_WINDOW,
+                mask[start : start + group], has_special,
             )
         )
     return np.concatenate([f for f, _ in parts]), np.concatenate([i for _, i in parts])
+
+
+CACHED_BUFFERS_MAX_N = 1100  # kernel buffers for n up to this are kept for the next call
+
+
+@functools.lru_cache(maxsize=2)
+def _cached_buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
+    return pruned.buffers(n, validate, threads)
+
+
+def _buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
+    """`pruned.buffers`, kept for the next call up to n = CACHED_BUFFERS_MAX_N (fresh pages
+    cost as much as the kernel at n = 257); call with _KERNEL_LOCK held."""
+    if n <= CACHED_BUFFERS_MAX_N:
+        return _cached_buffers(n, validate, threads)
+    return pruned.buffers(n, validate, threads)
+
+
+def _check_cpu(
+    a: np.ndarray, validate: bool, tol: float, mask: np.ndarray, has_special: bool,
+    source: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The pruned exact kernel (`workers.pruned`) on a (b, n, n) batch: float32/float64 rows
+    validated and renormalised per matrix when `validate`, else trusted float64. Raises
+    `validate_stochastic(source)`'s error on invalid input (`source`: the caller's array)."""
+    threads = numba.get_num_threads()
+    b, n = a.shape[0], a.shape[1]
+    if b >= MATRICES_PER_THREAD * threads or (b >= threads > 1 and n < PARALLEL_MIN_N):
+        run, buffer_threads = pruned.check_over_matrices, threads
+    elif n >= PARALLEL_MIN_N:
+        run, buffer_threads = pruned.check_within_matrices, 1
+    else:
+        run, buffer_threads = pruned.check_serial, 1
+    with _KERNEL_LOCK:
+        buffers = _buffers(n, validate, buffer_threads)
+        out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask, has_special,
+                                *buffers)
+    if bad:
+        validate_stochastic(source)  # names the first offender
+        raise RuntimeError("the kernel rejected a batch validate_stochastic accepts")
+    return out_f, out_i
 
 
 def check(
@@ -155,25 +222,28 @@ def check(
 
     `special`: optional bool (n,) or (b, n) mask of special tokens (for `attaining_special`).
     `validate=False` trusts `a` to be float64 C-contiguous (b, n, n) already renormalised.
-    `device`: None screens with the numba CPU kernel; a torch device ("cuda", "cpu") screens with
-    torch.cdist(p=1) there. The verification is the same float64 pass either way.
+    `device`: None runs the pruned numba CPU kernel (rows validated per matrix, no float64 copy
+    of the batch); a torch device ("cuda", "cpu") screens with torch.cdist(p=1) there. Both
+    verify in the oracle's float64 order and return the same numbers.
     """
     if not (np.isfinite(tol) and tol >= 0):
         raise InputError(f"tolerance {tol!r} must be a finite number >= 0 (default {DEFAULT_TOL})")
-    if validate:
-        x = validate_stochastic(a)
+    if device is not None or not validate:
+        if validate:
+            x = validate_stochastic(a)
+        else:
+            x = np.ascontiguousarray(np.reshape(a, (-1,) + np.shape(a)[-2:]), dtype=np.float64)
     else:
-        x = np.ascontiguousarray(np.reshape(a, (-1,) + np.shape(a)[-2:]), dtype=np.float64)
+        x, _ = _as_batch(a, "matrix")
+        if x.dtype not in (np.float32, np.float64):
+            x = x.astype(np.float64)
+        x = np.ascontiguousarray(x)
     b, n = x.shape[0], x.shape[1]
     mask, has_special = _special_mask(special, b, n)
     if device is not None:
         out_f, out_i = _check_torch(x, float(tol), mask, has_special, device)
     else:
-        threads = numba.get_num_threads()
-        over = b >= MATRICES_PER_THREAD * threads
-        run = kernel.check_over_matrices if over else kernel.check_within_matrices
-        with _KERNEL_LOCK:
-            out_f, out_i = run(x, float(tol), mask, has_special, kernel.tile_order(n), threads)
+        out_f, out_i = _check_cpu(x, validate, float(tol), mask, has_special, a)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
     bound = 0.5 * (1.0 + kappa)
     margin = bound - kappa_factor
@@ -187,6 +257,8 @@ def check(
         attaining_special=out_i[:, 4].astype(bool),
         pair=out_i[:, 1:3].copy(),
         attaining_pairs=out_i[:, 3].copy(),
+        slack=out_f[:, 2].copy(),
+        content_gap=out_f[:, 3].copy(),
     )
 
 

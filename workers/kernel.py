@@ -1,6 +1,9 @@
 """Numba kernels for the pairwise total variation of row-stochastic matrices. Pure, no I/O.
 
-Two stages, both per matrix:
+`equality.check` on the CPU screens with `workers.pruned` (uint16 upper bounds, exact pruning);
+this module holds the float32 screen behind `check(device=...)` (torch.cdist) and the tests, the
+exact verification both share (`exact_verdict`, `characterise`, dense and sparse oracle-order
+sums) and the float64 kappa of rollouts (`kappa_over_matrices`). The float32 route, per matrix:
 
 1. Screen (fast, float32, SIMD): for every row pair i < j an estimate of
    kappa_ij(A) = 1/2 sum_k |A_ik - A_jk| = 1/2 (r_i + r_j) - sum_k min(A_ik, A_jk)  (r: row sums),
@@ -250,24 +253,179 @@ def self_dominance_gap(a: np.ndarray, i: int, j: int) -> float:
 
 
 @njit(cache=True)
-def verify(a, screened, err, tol, special, has_special):
-    """Exact float64 verdict of one (n, n) matrix from its screened kappa_ij (upper triangle).
+def window_of(tol: float, window: float) -> float:
+    """The half-width up to which `exact_verdict`'s slack and content gap are exact: max(tol, W)."""
+    return max(tol, window)
 
-    Returns (kappa, kappa_factor, holds_by_characterisation, pair_i, pair_j, attaining_pairs,
-    attaining_special); kappa and kappa_factor equal the oracle's maxima bit for bit.
+
+@njit(cache=True)
+def sparse_rows(x: np.ndarray, factor: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """x (or M = 0.5 * (I + x), entries as numpy computes them, when `factor`) as compressed
+    rows: (indptr (n + 1,), indices, values), nonzero entries of each row in column order."""
+    n = x.shape[0]
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    for i in range(n):
+        count = 0
+        for k in range(n):
+            count += (x[i, k] != 0.0) or (factor and k == i)
+        indptr[i + 1] = indptr[i] + count
+    indices = np.empty(indptr[n], dtype=np.int64)
+    values = np.empty(indptr[n], dtype=np.float64)
+    for i in range(n):
+        c = indptr[i]
+        for k in range(n):
+            if factor and k == i:
+                indices[c], values[c] = k, 0.5 * (1.0 + x[i, k])
+                c += 1
+            elif x[i, k] != 0.0:
+                indices[c], values[c] = k, 0.5 * x[i, k] if factor else x[i, k]
+                c += 1
+    return indptr, indices, values
+
+
+@njit(cache=True)
+def tv_pairs_sparse(indptr, indices, values, rows_i, rows_j) -> np.ndarray:
+    """`tv_pairs` from compressed rows, bit for bit: the oracle's sequential sum adds exact
+    zeros (|0 - 0|, |v - v|) wherever neither row has a nonzero entry, and adding +0.0 leaves a
+    sum >= 0 unchanged, so summing over the merged supports in column order is the same sum."""
+    out = np.empty(rows_i.shape[0], dtype=np.float64)
+    for c in range(rows_i.shape[0]):
+        p, p_end = indptr[rows_i[c]], indptr[rows_i[c] + 1]
+        r, r_end = indptr[rows_j[c]], indptr[rows_j[c] + 1]
+        s = 0.0
+        while p < p_end or r < r_end:
+            kp = indices[p] if p < p_end else 1 << 62
+            kr = indices[r] if r < r_end else 1 << 62
+            if kp == kr:
+                s += abs(values[p] - values[r])
+                p += 1
+                r += 1
+            elif kp < kr:
+                s += abs(values[p] - 0.0)
+                p += 1
+            else:
+                s += abs(0.0 - values[r])
+                r += 1
+        out[c] = 0.5 * s
+    return out
+
+
+@njit(cache=True)
+def is_sparse(x: np.ndarray) -> bool:
+    """At most one entry in 8 is nonzero (compressed rows then pay off)."""
+    nonzero = 0
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            nonzero += x[i, k] != 0.0
+    return 8 * nonzero <= x.size
+
+
+@njit(cache=True)
+def tv_many(a: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray, factor: bool) -> np.ndarray:
+    """The oracle's kappa_ij of A (or of M = 0.5 * (I + A) when `factor`) for each listed pair,
+    by the cheapest exact route: per pair for few pairs, compressed rows for many pairs of a
+    sparse matrix (identity, permutations, one-hot rows), else four dense pairs side by side."""
+    n = a.shape[0]
+    if rows_i.shape[0] <= 4 * n:
+        return tv_factor_pairs(a, rows_i, rows_j) if factor else tv_pairs(a, rows_i, rows_j)
+    if is_sparse(a):
+        indptr, indices, values = sparse_rows(a, factor)
+        return tv_pairs_sparse(indptr, indices, values, rows_i, rows_j)
+    return tv_pairs(lazy_factor(a) if factor else a, rows_i, rows_j)
+
+
+@njit(cache=True)
+def exact_verdict(a, a_i, a_j, m_i, m_j, tol, window, special, has_special, out_f, out_i, m):
+    """The exact float64 verdict of one (n >= 2, n) matrix from its candidate pairs; row m of
+    out_f (b, 4): kappa, kappa_factor, slack, content_gap; of out_i (b, 5):
+    holds_by_characterisation, pair_i, pair_j, attaining_pairs, attaining_special.
+
+    Contract on the candidates (each list in row-major (i, j) order, i < j): (a_i, a_j) holds
+    every pair whose oracle kappa_ij is within 2 max(tol, window) of the oracle's kappa(A) (so
+    the maximiser too); (m_i, m_j) holds a pair attaining the oracle's kappa(M) and only pairs.
+    Every value is the oracle's, computed in its sequential order (`characterise`).
     """
+    kappa_factor = tv_many(a, m_i, m_j, True).max()
+    a_tv = tv_many(a, a_i, a_j, False)
+    characterise(a, a_i, a_j, a_tv, kappa_factor, tol, window, special, has_special,
+                 out_f, out_i, m)
+
+
+@njit(cache=True)
+def characterise(a, a_i, a_j, a_tv, kappa_factor, tol, window, special, has_special,
+                 out_f, out_i, m):
+    """Row m of out_f, out_i from the oracle's kappa_ij (a_tv) of the kappa(A) candidates
+    (`exact_verdict`'s contract) and the oracle's kappa(M). kappa = max a_tv is the oracle's;
+    slack (min over pairs of the combined slack (kappa - kappa_ij)/2 + s_ij/2) and content_gap
+    (min over pairs with no special token of kappa - kappa_ij; +inf when no such pair) are
+    exact up to w = max(tol, window) and +inf above it, so holds_by_characterisation ==
+    (slack <= tol) and attaining_special == (content_gap > tol) at every tolerance up to w.
+    """
+    kappa = a_tv.max()
+    attaining = 0
+    all_special = True
+    best = np.inf
+    pair_i = -1
+    pair_j = -1
+    content_gap = np.inf
+    for c in range(a_i.shape[0]):
+        i, j = a_i[c], a_j[c]
+        gap = kappa - a_tv[c]
+        if gap <= tol:
+            attaining += 1
+            all_special = all_special and (special[i] or special[j])
+        if not (special[i] or special[j]):
+            content_gap = min(content_gap, gap)
+        slack = 0.5 * gap + 0.5 * self_dominance_gap(a, i, j)
+        if slack < best:
+            best = slack
+            if slack <= tol:
+                pair_i, pair_j = i, j
+    w = window_of(tol, window)
+    out_f[m, 0] = kappa
+    out_f[m, 1] = kappa_factor
+    out_f[m, 2] = best if best <= w else np.inf
+    out_f[m, 3] = content_gap if content_gap <= w else np.inf
+    out_i[m, 0] = pair_i >= 0
+    out_i[m, 1] = pair_i
+    out_i[m, 2] = pair_j
+    out_i[m, 3] = attaining
+    out_i[m, 4] = has_special and attaining > 0 and all_special
+
+
+@njit(cache=True)
+def no_pair(out_f, out_i, m):
+    """The verdict of an n < 2 matrix (no pair): kappa = kappa(M) = 0, slack +inf, content gap
+    -inf (no pair attains, so attaining_special is False at every tolerance), no pair."""
+    out_f[m, 0] = 0.0
+    out_f[m, 1] = 0.0
+    out_f[m, 2] = np.inf
+    out_f[m, 3] = -np.inf
+    out_i[m, 0] = 0
+    out_i[m, 1] = -1
+    out_i[m, 2] = -1
+    out_i[m, 3] = 0
+    out_i[m, 4] = 0
+
+
+@njit(cache=True)
+def verify(a, screened, err, tol, window, special, has_special, out_f, out_i, m):
+    """Exact float64 verdict of one (n, n) matrix from its screened kappa_ij (upper triangle,
+    within err of the oracle's), written by `exact_verdict` into row m of out_f and out_i."""
     n = a.shape[0]
     if n < 2:
-        return 0.0, 0.0, False, -1, -1, 0, False
+        no_pair(out_f, out_i, m)
+        return
     # Pass 1: the screened maximum of kappa_ij(A).
     kmax = np.float32(-np.inf)
     for i in range(n):
         for j in range(i + 1, n):
             kmax = max(kmax, screened[i, j])
-    # Pass 2: candidates, i.e. pairs that could attain (within 2 tol) kappa(A), or attain kappa(M)
+    # Pass 2: candidates, i.e. pairs that could attain (within 2 w) kappa(A), or attain kappa(M)
     # through its screened value m_ij = (1 + kappa_ij)/2 - s_ij/2, in exact arithmetic. m_best
     # is the running maximum of m_ij; s_ij is needed only where (1 + kappa_ij)/2 can reach it.
-    a_floor = np.float64(kmax) - (2.0 * tol * (1.0 + 1e-9) + 2.0 * err)
+    w = window_of(tol, window)
+    a_floor = np.float64(kmax) - (2.0 * w * (1.0 + 1e-9) + 2.0 * err)
     pairs = n * (n - 1) // 2
     a_i = np.empty(pairs, dtype=np.int32)  # candidates: a_ for kappa(A), m_ for kappa(M)
     a_j = np.empty(pairs, dtype=np.int32)
@@ -286,97 +444,30 @@ def verify(a, screened, err, tol, special, has_special):
                 a_i[n_a], a_j[n_a] = i, j
                 n_a += 1
             if 0.5 * (1.0 + k_hat) >= m_best - 2.0 * err:
-                m = 0.5 * (1.0 + k_hat) - 0.5 * self_dominance_gap(a, i, j)
-                if m >= m_best - 2.0 * err:
-                    m_i[n_m], m_j[n_m], m_hat[n_m] = i, j, m
+                mh = 0.5 * (1.0 + k_hat) - 0.5 * self_dominance_gap(a, i, j)
+                if mh >= m_best - 2.0 * err:
+                    m_i[n_m], m_j[n_m], m_hat[n_m] = i, j, mh
                     n_m += 1
-                    m_best = max(m_best, m)
+                    m_best = max(m_best, mh)
                     skip_below = min(a_floor, 2.0 * (m_best - 2.0 * err) - 1.0) - 1e-15
     kept = 0
     for c in range(n_m):  # the running maximum only grew: drop what fell out of its window
         if m_hat[c] >= m_best - 2.0 * err:
             m_i[kept], m_j[kept] = m_i[c], m_j[c]
             kept += 1
-    if kept > 4 * n:  # many ties: build M once, run four pairs side by side
-        kappa_factor = tv_pairs(lazy_factor(a), m_i[:kept], m_j[:kept]).max()
-    else:
-        kappa_factor = tv_factor_pairs(a, m_i[:kept], m_j[:kept]).max()
-    a_tv = tv_pairs(a, a_i[:n_a], a_j[:n_a])
-    kappa = a_tv.max()
-    # The characterisation: combined slack c_ij = (kappa - kappa_ij)/2 + s_ij/2 <= tol.
-    attaining = 0
-    all_special = True
-    best = np.inf
-    pair_i = -1
-    pair_j = -1
-    for c in range(n_a):
-        i, j = a_i[c], a_j[c]
-        if kappa - a_tv[c] <= tol:
-            attaining += 1
-            all_special = all_special and (special[i] or special[j])
-        slack = 0.5 * (kappa - a_tv[c]) + 0.5 * self_dominance_gap(a, i, j)
-        if slack <= tol and slack < best:
-            best, pair_i, pair_j = slack, i, j
-    attaining_special = has_special and attaining > 0 and all_special
-    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining, attaining_special
+    exact_verdict(a, a_i[:n_a], a_j[:n_a], m_i[:kept], m_j[:kept], tol, window, special,
+                  has_special, out_f, out_i, m)
 
 
-@njit(cache=True)
-def finish(a, screened, tol, special, has_special, out_f, out_i, m):
-    """Verify matrix m from its screen; row m of out_f (b, 2): kappa, kappa_factor; of out_i
-    (b, 5): holds_by_characterisation, pair_i, pair_j, attaining_pairs, attaining_special."""
-    verdict = verify(a, screened, screen_error(a), tol, special, has_special)
-    kappa, kappa_factor, holds_char, pair_i, pair_j, attaining, att_special = verdict
-    out_f[m, 0] = kappa
-    out_f[m, 1] = kappa_factor
-    out_i[m, 0] = holds_char
-    out_i[m, 1] = pair_i
-    out_i[m, 2] = pair_j
-    out_i[m, 3] = attaining
-    out_i[m, 4] = att_special
-
-
-@njit(parallel=True, cache=True)
-def check_over_matrices(a, tol, special, has_special, tiles, threads):
-    """Screen + verify each (n, n) matrix of a (b, n, n) batch, matrices spread over `threads`.
-
-    Returns `finish`'s out_f (b, 2) and out_i (b, 5).
-    """
-    b, n = a.shape[0], a.shape[1]
-    rows = -(-n // TILE) * TILE
-    out_f = np.empty((b, 2), dtype=np.float64)
-    out_i = np.empty((b, 5), dtype=np.int64)
-    for t in prange(threads):  # thread t takes matrices t, t + threads, ... with its own buffers
-        x = np.zeros((rows, n), dtype=np.float32)  # (padded row, column)
-        screened = np.empty((rows, rows), dtype=np.float32)  # (row i, row j)
-        for m in range(t, b, threads):
-            fill_float32(a[m], x)
-            screen_serial(x, tiles, screened)
-            finish(a[m], screened, tol, special[m], has_special, out_f, out_i, m)
-    return out_f, out_i
-
-
-def check_within_matrices(a, tol, special, has_special, tiles, threads):
-    """As `check_over_matrices`, one matrix at a time, the screen's tiles spread over threads
-    (as many as numba has: `threads` is for a uniform signature)."""
+def check_screened(a, screened, tol, window, special, has_special):
+    """Verify a (b, n, n) batch from externally screened kappa_ij (e.g. torch.cdist(p=1) / 2):
+    out_f (b, 4) and out_i (b, 5) as `exact_verdict` fills them."""
     b = a.shape[0]
-    out_f = np.empty((b, 2), dtype=np.float64)
-    out_i = np.empty((b, 5), dtype=np.int64)
-    x, screened = screen_buffers(a.shape[1])
-    for m in range(b):
-        fill_float32(a[m], x)
-        screen_parallel(x, tiles, screened)
-        finish(a[m], screened, tol, special[m], has_special, out_f, out_i, m)
-    return out_f, out_i
-
-
-def check_screened(a, screened, tol, special, has_special):
-    """Verify a (b, n, n) batch from externally screened kappa_ij (e.g. torch.cdist(p=1) / 2)."""
-    b = a.shape[0]
-    out_f = np.empty((b, 2), dtype=np.float64)
+    out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
     for m in range(b):
-        finish(a[m], screened[m], tol, special[m], has_special, out_f, out_i, m)
+        verify(a[m], screened[m], screen_error(a[m]), tol, window, special[m], has_special,
+               out_f, out_i, m)
     return out_f, out_i
 
 

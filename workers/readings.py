@@ -228,9 +228,9 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
     x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
     verdicts = content_pairs(x, np.flatnonzero(content), tol)
     for name, values in verdicts.items():
-        if name in out:  # `slack` only where the store has such a variable
-            out[name][:] = values
+        out[name][:] = values
     out["attaining_special"][:] = False  # no pair of content tokens involves a special token
+    out["content_gap"][:] = 0.0  # every pair is a content pair: the attaining ones too
     out["attaining_kind"][:] = AttainingKind.CONTENT_ONLY
     out["status"][:] = ResultStatus.OK
 
@@ -250,7 +250,8 @@ def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, t
     kept = np.flatnonzero(content)
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                 "holds_by_characterisation", "attaining_pairs", "attaining_special"):
+                 "holds_by_characterisation", "attaining_pairs", "attaining_special", "slack",
+                 "content_gap"):
         out[name][ok] = getattr(result, name)
     has_pair = result.pair[:, 0] >= 0
     out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)

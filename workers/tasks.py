@@ -132,7 +132,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
         return out
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                 "holds_by_characterisation", "attaining_pairs", "attaining_special"):
+                 "holds_by_characterisation", "attaining_pairs", "attaining_special", "slack",
+                 "content_gap"):
         out[name][ok] = getattr(result, name)
     has_pair = result.pair[:, 0] >= 0
     out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
