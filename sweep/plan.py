@@ -177,6 +177,7 @@ class TestTask(ShardTask):
 
     token_sets: tuple[str, ...]
     tol: float
+    rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
 
     stage = "test"
     resources = {"CPU": 1}

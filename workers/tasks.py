@@ -18,7 +18,7 @@ from storage.layout import RESULT_VARS, ResultStatus
 from storage.markers import mark_done
 from storage.store import open_model, write_attention, write_baseline, write_results, write_tokens
 from workers.baseline import holding_in_blocks
-from workers.equality import check, restrict_layers, rollout
+from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
@@ -100,8 +100,15 @@ def run_extract(task: ExtractTask) -> int:
 
 
 def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
-               tol: float) -> dict[str, np.ndarray]:
-    """Every result variable, per layer, for one input's (L, T, T) attention and one token set."""
+               tol: float, rollout_mode: str = "every") -> dict[str, np.ndarray]:
+    """Every result variable, per layer, for one input's (L, T, T) attention and one token set.
+
+    `rollout_mode` (one of ROLLOUT_MODES): the layers whose whole-rollout kappa and bound are
+    computed (every layer up to the first failed one; the last layer only, if no layer failed;
+    none); the rollout variables stay NaN elsewhere.
+    """
+    if rollout_mode not in ROLLOUT_MODES:
+        raise InputError(f"rollout {rollout_mode!r}: choose one of {', '.join(ROLLOUT_MODES)}")
     n_layers = attention.shape[0]
     out = {name: np.full(n_layers, var.fill, dtype=var.dtype) for name, var in RESULT_VARS.items()}
     keep = keep_mask(token_kind, token_set)  # (T,)
@@ -121,7 +128,11 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
     out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
     prefix = int(np.argmin(ok)) if not ok.all() else n_layers  # rollout stops at a failed layer
-    if prefix:
+    if rollout_mode == "last" and prefix == n_layers:
+        kappa_r, bound_r = rollout(stack, bounds=result.bound, validate=False, layers_out="last")
+        out["rollout_kappa"][-1:] = kappa_r
+        out["rollout_bound"][-1:] = bound_r
+    elif rollout_mode == "every" and prefix:
         kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
@@ -129,7 +140,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
 
 
 def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
-               token_sets: tuple[str, ...], tol: float) -> dict[str, np.ndarray]:
+               token_sets: tuple[str, ...], tol: float,
+               rollout_mode: str = "every") -> dict[str, np.ndarray]:
     """Result variables (input, layer, token_set) for a shard's padded arrays."""
     n, n_layers = attention.shape[:2]
     results = {name: np.full((n, n_layers, len(token_sets)), var.fill, dtype=var.dtype)
@@ -137,7 +149,8 @@ def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.n
     for i in range(n):
         t = int(n_tokens[i])
         for s, token_set in enumerate(token_sets):
-            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol)
+            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol,
+                                   rollout_mode)
             for name, values in cells.items():
                 results[name][i, :, s] = values
     return results
@@ -149,8 +162,8 @@ def run_test(task: TestTask) -> int:
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
     attention = group["attention"][task.start:task.stop]  # (input, layer, query, key)
-    write_results(group, task.start,
-                  evaluate_shard(attention, n_tokens, token_kind, task.token_sets, task.tol))
+    write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
+                                                    task.token_sets, task.tol, task.rollout))
     mark_done(task.store, task.scope, task.marker)
     return task.stop - task.start
 
