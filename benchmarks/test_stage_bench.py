@@ -161,8 +161,8 @@ def cdist_function(case: Case) -> Callable[[], object]:
         t = int(n_tokens[i])
         for token_set in TOKEN_SETS:
             keep = keep_mask(case.token_kind[i, :t], token_set)
-            mats.append(torch.from_numpy(np.ascontiguousarray(
-                case.attention[i][:, keep][:, :, keep])))
+            layers = case.attention[i, :, :t, :t]  # (layer, query, key) real tokens
+            mats.append(torch.from_numpy(np.ascontiguousarray(layers[:, keep][:, :, keep])))
 
     def run() -> None:
         for x in mats:
