@@ -154,6 +154,7 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
             f"({pools.gpus} GPU(s)), {pools.cpu_cores} CPU core(s) for tests; stages overlap, "
             f"so the sweep takes about the larger of the two"
         )
-    lines.append("constants: " + "; ".join(
-        f"{name} = {c.seconds:.2g} {c.unit} [{c.measured}]" for name, c in CONSTANTS.items()))
+    lines.append("constants (value, unit, where measured):")
+    lines += [f"  {name} = {c.seconds:.2g} {c.unit}\n      [{c.measured}]"
+              for name, c in CONSTANTS.items()]
     return lines
