@@ -155,7 +155,8 @@ def main() -> None:
         print(f"kernel alone (check, 2 token sets):    {kernel:8.2f} s")
         print(f"math alone (check + rollout):          {math:8.2f} s")
         print(f"sweep in-process, wall:                {stages['wall']:8.2f} s   "
-              f"ratio {stages['wall'] / (forward + kernel):.2f} x (forward + kernel)")
+              f"ratio {stages['wall'] / (forward + kernel):.2f} x (forward + kernel), "
+              f"{stages['wall'] / (forward + math):.2f} x (forward + math)")
         print(f"  plan + store creation:               {stages['plan+store']:8.2f} s")
         print(f"  extract stage:                       {stages['extract']:8.2f} s   "
               f"ratio {stages['extract'] / forward:.2f} x forward")
@@ -164,7 +165,8 @@ def main() -> None:
         if args.dask:
             wall = sweep_dask(sweep_config(work, source, images, args.batch_size, "dask"))
             print(f"sweep on Dask (local cluster), wall:   {wall:8.2f} s   "
-                  f"ratio {wall / (forward + kernel):.2f} x (forward + kernel)")
+                  f"ratio {wall / (forward + kernel):.2f} x (forward + kernel), "
+                  f"{wall / (forward + math):.2f} x (forward + math)")
 
 
 if __name__ == "__main__":

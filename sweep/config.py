@@ -42,6 +42,7 @@ MESSAGES = {
     "missing": "required key is missing",
 }
 Dtype = Literal["float32", "bfloat16", "float16"]
+Rollout = Literal["every", "last", "off"]  # workers.equality.ROLLOUT_MODES (a test checks)
 
 
 def _resolve(path: Path | None, info: ValidationInfo) -> Path | None:
@@ -173,12 +174,19 @@ class MatchedNullsConfig(_Frozen):
 
 
 class SweepConfig(_Frozen):
-    """A whole sweep. Per-model `batch_size`/`dtype`/`device` override the top-level defaults."""
+    """A whole sweep. Per-model `batch_size`/`dtype`/`device` override the top-level defaults.
+
+    `rollout` (workers.equality.ROLLOUT_MODES): where the test stage computes the whole
+    rollout's kappa(M_l ... M_1) and its product bound: `every` layer (default), the `last`
+    layer only (the products still run through every layer; kappa of one product instead of
+    L), or `off`; the rollout results are NaN where not computed, so a store keeps one setting.
+    """
 
     store: Path
     shard_size: PositiveInt = 32
     token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
     tol: float = Field(default=DEFAULT_TOL, ge=0.0)
+    rollout: Rollout = "every"
     retries: NonNegativeInt = 2
     batch_size: PositiveInt = 8
     dtype: Dtype = "float32"

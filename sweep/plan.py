@@ -72,6 +72,7 @@ class ModelPlan(Fingerprinted):
     ids_sha256: str
     work: int  # pair-elements of the test: sum over inputs, layers, sets of T^3 / 2 (upper bound)
     cube_sum: int
+    rollout: str = "every"  # workers.equality.ROLLOUT_MODES
 
     @property
     def n_shards(self) -> int:
@@ -95,6 +96,8 @@ class ModelPlan(Fingerprinted):
             "token_sets": list(self.token_sets),
             "tol": self.tol,
             "dtype": self.dtype,
+            # only when not the default, so stores made before the option keep their fingerprint
+            **({"rollout": self.rollout} if self.rollout != "every" else {}),
         }
 
     @property
@@ -202,6 +205,7 @@ class TestTask(ShardTask):
 
     token_sets: tuple[str, ...]
     tol: float
+    rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
 
     stage = "test"
     resources = {"CPU": 1}
@@ -327,6 +331,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         ids_sha256=fingerprint(list(facts.input_ids)),
         work=work,
         cube_sum=facts.cube_sum,
+        rollout=config.rollout,
     )
 
 
@@ -341,7 +346,7 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
         ))
         tasks.append(TestTask(
             test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
-            plan.tol,
+            plan.tol, plan.rollout,
         ))
     return tasks
 

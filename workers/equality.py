@@ -29,6 +29,10 @@ at most ~4096 * 2^-53 < 5e-13, below it; real ties in attention are far above it
 ROW_SUM_TOL = 1e-3
 """Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
 
+ROLLOUT_MODES = ("every", "last", "off")
+"""Where the test stage computes the whole rollout's kappa: at every layer, at the last layer only
+(the products still run through every layer), or nowhere; results are NaN where not computed."""
+
 MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
 PARALLEL_MIN_N = 400  # below it, threads take whole matrices (b >= threads) or one thread runs
 # (b = 1): a parallel launch costs as much as the kernel there, far more on a loaded machine
@@ -265,12 +269,13 @@ def check(
 def kappa_only(x: np.ndarray) -> np.ndarray:
     """kappa of each matrix of a float64 C-contiguous (b, n, n) batch, as `check(x,
     validate=False).kappa` returns it (the oracle's value bit for bit), without kappa(M), the pair
-    or the characterisation: a float64 screen leaves only the pairs that can attain the maximum
-    to recompute in the oracle's order, however close the pairs' values are in float32."""
+    or the characterisation: a float32 screen with a rigorous error bound leaves only the pairs
+    that can attain the maximum to recompute in the oracle's order; where too many pairs tie
+    within the float32 error, a float64 screen (relative error) narrows them first."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     with _KERNEL_LOCK:
-        return kernel.kappa_over_matrices(x, kernel.tile_order(x.shape[1]),
-                                          numba.get_num_threads())
+        return kernel.kappa32_over_matrices(x, kernel.tile_order(x.shape[1]),
+                                            numba.get_num_threads())
 
 
 _BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread
@@ -355,20 +360,12 @@ def restrict_layers(
     return stack, kept, ok
 
 
-def rollout(
-    layers: np.ndarray, bounds: np.ndarray | None = None, validate: bool = True
-) -> tuple[np.ndarray, np.ndarray]:
-    """kappa(R_l) and prod_{m <= l} (1 + kappa(A_m))/2 for l = 1..L; (L,) float64 each.
-
-    R_1 = M_1, R_l = M_l @ R_{l-1} (Abnar & Zuidema order), M_l = 0.5 * (eye + A_l), float64;
-    kappa(R_l) is exact with respect to the oracle applied to the float64 matrix R_l. The
-    products run on one BLAS thread (under a lock: the limit is process-wide), so R_l does not
-    depend on how many threads BLAS has where the rollout runs (OpenBLAS's results do), and no
-    BLAS threads are left spinning to slow the numba kernels that follow.
-    `bounds`: the layers' (1 + kappa(A_l))/2 when the caller already has them (from `check`);
-    `validate=False` trusts `layers` to be validated float64 (b, n, n), as `check` does.
-    """
-    x = validate_stochastic(layers, name="layer") if validate else layers  # (layer, row, column)
+def rollout_products(x: np.ndarray) -> np.ndarray:
+    """R_l = M_l @ R_{l-1}, R_1 = M_1, M_l = 0.5 * (eye + A_l) of a validated float64 (L, n, n)
+    stack; (L, n, n) float64. The products run on one BLAS thread (under a lock: the limit is
+    process-wide), so R_l does not depend on how many threads BLAS has where the rollout runs
+    (OpenBLAS's results do), and no BLAS threads are left spinning to slow the numba kernels
+    that follow."""
     n = x.shape[1]
     factors = 0.5 * (np.eye(n) + x)  # (layer, row, column)
     products = np.empty_like(factors)
@@ -376,7 +373,28 @@ def rollout(
     with _BLAS_LOCK, _blas_controller().limit(limits=1, user_api="blas"):
         for layer in range(1, x.shape[0]):
             np.matmul(factors[layer], products[layer - 1], out=products[layer])
-    kappa_rollout = kappa_only(products)
+    return products
+
+
+def rollout(
+    layers: np.ndarray, bounds: np.ndarray | None = None, validate: bool = True,
+    layers_out: str = "every",
+) -> tuple[np.ndarray, np.ndarray]:
+    """kappa(R_l) and prod_{m <= l} (1 + kappa(A_m))/2 for l = 1..L; (L,) float64 each, or
+    (1,) for l = L alone when `layers_out` is "last" (the products still run through every layer).
+
+    R_1 = M_1, R_l = M_l @ R_{l-1} (Abnar & Zuidema order), M_l = 0.5 * (eye + A_l), float64
+    (`rollout_products`); kappa(R_l) is exact with respect to the oracle applied to the float64
+    matrix R_l.
+    `bounds`: the layers' (1 + kappa(A_l))/2 when the caller already has them (from `check`);
+    `validate=False` trusts `layers` to be validated float64 (b, n, n), as `check` does.
+    """
+    if layers_out not in ("every", "last"):
+        raise InputError(f"layers_out {layers_out!r}: choose 'every' or 'last'")
+    x = validate_stochastic(layers, name="layer") if validate else layers  # (layer, row, column)
+    products = rollout_products(x)
     if bounds is None:
         bounds = check(x, validate=False).bound
-    return kappa_rollout, np.cumprod(bounds)
+    if layers_out == "last":
+        return kappa_only(products[-1:]), np.cumprod(bounds)[-1:]
+    return kappa_only(products), np.cumprod(bounds)

@@ -570,3 +570,67 @@ def kappa_over_matrices(a, tiles, threads):
         for m in range(t, b, threads):
             out[m] = kappa_one(a[m], tiles, x, sums)
     return out
+
+
+# --- The whole rollout's kappa, screened in float32 (speed-stage) ---------------------------
+
+CANDIDATES_PER_ROW = 4  # beyond n * this many candidate pairs, `kappa_one32` screens in float64
+
+
+@njit(cache=True)
+def kappa_one32(a: np.ndarray, tiles: np.ndarray, x32: np.ndarray, out32: np.ndarray,
+                x64: np.ndarray, sums: np.ndarray) -> float:
+    """`kappa_one` (the oracle's kappa(A) bit for bit) screened in float32 first.
+
+    The float32 screen (`screen_serial`, half the bytes and twice the SIMD lanes of float64)
+    is within `screen_error(a)` of each exact kappa_ij, which also covers rows off 1 and the
+    oracle's own rounding; every pair whose screened value is within 2 * err of the screened
+    maximum can attain the oracle's maximum, and only those are recomputed in the oracle's order
+    (`tv_pairs`). Where more than CANDIDATES_PER_ROW * n pairs tie that closely (near-uniform or
+    identical rows), the float64 screen of `kappa_one` takes over, so ties cost what they cost
+    before. `x32` (padded rows, n) float32 with zero padding rows, `out32` (padded, padded)
+    float32, `x64` and `sums` as `kappa_one`'s scratch buffers.
+    """
+    n = a.shape[0]
+    if n < 2:
+        return 0.0
+    fill_float32(a, x32)
+    screen_serial(x32, tiles, out32)
+    kmax = np.float32(-np.inf)
+    for i in range(n):
+        for j in range(i + 1, n):
+            kmax = max(kmax, out32[i, j])
+    floor = np.float64(kmax) - 2.0 * screen_error(a)
+    count = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if np.float64(out32[i, j]) >= floor:
+                count += 1
+    if count > CANDIDATES_PER_ROW * n:
+        return kappa_one(a, tiles, x64, sums)
+    rows_i = np.empty(count, dtype=np.int64)
+    rows_j = np.empty(count, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if np.float64(out32[i, j]) >= floor:
+                rows_i[c], rows_j[c] = i, j
+                c += 1
+    return tv_pairs(a, rows_i, rows_j).max()
+
+
+@njit(parallel=True, cache=True)
+def kappa32_over_matrices(a, tiles, threads):
+    """`kappa_one32` of each (n, n) matrix of a (b, n, n) float64 batch, matrices spread over
+    `threads`, each with its own buffers; (b,) float64, equal to `kappa_over_matrices`."""
+    b, n = a.shape[0], a.shape[1]
+    rows = -(-n // TILE) * TILE
+    out = np.empty(b, dtype=np.float64)
+    for t in prange(threads):
+        x32 = np.zeros((rows, n), dtype=np.float32)  # (padded row, column); padding rows stay 0
+        out32 = np.empty((rows, rows), dtype=np.float32)  # (row i, row j)
+        x64 = np.zeros((rows, n), dtype=np.float64)
+        sums = np.empty((rows, rows), dtype=np.float64)
+        for m in range(t, b, threads):
+            out[m] = kappa_one32(a[m], tiles, x32, out32, x64, sums)
+    return out

@@ -219,7 +219,7 @@ def _kind_of(bits: int) -> int:
 
 
 def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: float,
-                           out: dict[str, np.ndarray]) -> None:
+                           out: dict[str, np.ndarray], rollout_mode: str = "every") -> None:
     """Fill `out` (every result variable, per layer, as `evaluate_input` makes it) with the
     `content-pairs` reading of one input's (L, T, T) attention. The rows are the all-token
     matrices exactly as `all` tests them; there are no rollout values (NaN): kappa over content
@@ -236,7 +236,7 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
 
 
 def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, tol: float,
-                                out: dict[str, np.ndarray]) -> None:
+                                out: dict[str, np.ndarray], rollout_mode: str = "every") -> None:
     """Fill `out` with the `content-complement` reading: `check` of each layer's stochastic
     complement on the content tokens (status SINGULAR where I - A_SS is singular), pairs on the
     input's token axis, and the rollout of the complements (stopping at the first singular
@@ -258,7 +258,11 @@ def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, t
     out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
     out["attaining_kind"][ok] = AttainingKind.CONTENT_ONLY
     prefix = int(np.argmin(ok)) if not ok.all() else ok.size
-    if prefix:
+    if rollout_mode == "last" and prefix == ok.size:
+        kappa_r, bound_r = rollout(stack, bounds=result.bound, validate=False, layers_out="last")
+        out["rollout_kappa"][-1:] = kappa_r
+        out["rollout_bound"][-1:] = bound_r
+    elif rollout_mode == "every" and prefix:
         kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r

@@ -25,7 +25,7 @@ from storage.store import (
     write_tokens,
 )
 from workers.baseline import holding_in_blocks
-from workers.equality import check, restrict_layers, rollout
+from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor
 from workers.inputs import Dataset, DatasetSpec, open_dataset
@@ -109,13 +109,18 @@ def run_extract(task: ExtractTask) -> int:
 
 
 def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
-               tol: float) -> dict[str, np.ndarray]:
+               tol: float, rollout_mode: str = "every") -> dict[str, np.ndarray]:
     """Every result variable, per layer, for one input's (L, T, T) attention and one token set.
 
     A token set that keeps fewer than two tokens has no pair: status TOO_SMALL (none) or
     ONE_TOKEN (one), no verdict. The content readings `content-pairs` and `content-complement`
     are evaluated by `workers.readings`; the others by restriction (rows renormalised).
+    `rollout_mode` (one of ROLLOUT_MODES): the layers whose whole-rollout kappa and bound are
+    computed (every layer up to the first failed one; the last layer only, if no layer failed;
+    none); the rollout variables stay NaN elsewhere.
     """
+    if rollout_mode not in ROLLOUT_MODES:
+        raise InputError(f"rollout {rollout_mode!r}: choose one of {', '.join(ROLLOUT_MODES)}")
     n_layers = attention.shape[0]
     out = {name: np.full(n_layers, var.fill, dtype=var.dtype) for name, var in RESULT_VARS.items()}
     keep = keep_mask(token_kind, token_set)  # (T,)
@@ -124,7 +129,7 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
         out["status"][:] = ResultStatus.ONE_TOKEN if keep.any() else ResultStatus.TOO_SMALL
         return out
     if token_set in READING_EVALUATORS:
-        READING_EVALUATORS[token_set](attention, token_kind, tol, out)
+        READING_EVALUATORS[token_set](attention, token_kind, tol, out, rollout_mode)
         return out
     stack, kept, ok = restrict_layers(attention, keep)  # (ok layers, m, m)
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
@@ -141,7 +146,11 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
     prefix = int(np.argmin(ok)) if not ok.all() else n_layers  # rollout stops at a failed layer
-    if prefix:
+    if rollout_mode == "last" and prefix == n_layers:
+        kappa_r, bound_r = rollout(stack, bounds=result.bound, validate=False, layers_out="last")
+        out["rollout_kappa"][-1:] = kappa_r
+        out["rollout_bound"][-1:] = bound_r
+    elif rollout_mode == "every" and prefix:
         kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
@@ -149,7 +158,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
 
 
 def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
-               token_sets: tuple[str, ...], tol: float) -> dict[str, np.ndarray]:
+               token_sets: tuple[str, ...], tol: float,
+               rollout_mode: str = "every") -> dict[str, np.ndarray]:
     """Result variables (input, layer, token_set) for a shard's padded arrays."""
     n, n_layers = attention.shape[:2]
     results = {name: np.full((n, n_layers, len(token_sets)), var.fill, dtype=var.dtype)
@@ -157,7 +167,8 @@ def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.n
     for i in range(n):
         t = int(n_tokens[i])
         for s, token_set in enumerate(token_sets):
-            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol)
+            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol,
+                                   rollout_mode)
             for name, values in cells.items():
                 results[name][i, :, s] = values
     return results
@@ -169,8 +180,8 @@ def run_test(task: TestTask) -> int:
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
     attention = group["attention"][task.start:task.stop]  # (input, layer, query, key)
-    write_results(group, task.start,
-                  evaluate_shard(attention, n_tokens, token_kind, task.token_sets, task.tol))
+    write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
+                                                    task.token_sets, task.tol, task.rollout))
     mark_done(task.store, task.scope, task.marker)
     return task.stop - task.start
 

@@ -12,6 +12,7 @@ import yaml
 
 from storage import markers
 from storage.layout import NULLS_STAGE
+from sweep.balance import balance_lines, cluster_pools
 from sweep.cluster import describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
 from sweep.plan import ModelFacts, SweepPlan, build_plan
@@ -112,9 +113,12 @@ def plan(args: argparse.Namespace) -> int:
     print("resolved config:")
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
     facts, problems = collect_facts(config)
-    for line in describe(build_plan(config, facts), problems):
+    sweep_plan = build_plan(config, facts)
+    for line in describe(sweep_plan, problems):
         print(line)
     if args.cluster is not None:
+        cluster = load_cluster_config(args.cluster)
         print()
-        print(describe_cluster(load_cluster_config(args.cluster)))
+        print(describe_cluster(cluster))
+        print("\n".join(["", *balance_lines(sweep_plan, cluster_pools(cluster))]))
     return 1 if problems else 0

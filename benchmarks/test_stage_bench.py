@@ -1,0 +1,219 @@
+"""The test stage as a sweep's test task runs it, per input, against torch.cdist(p=1).
+
+For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px and DINOv2 518 px sizes;
+real `minilm-l6` attention of a few pydoc:topics paragraphs) the shard's attention is written to
+a Zarr store the way the sweep writes it (`storage.store`), then `workers.tasks.run_test` reads it
+back, tests both token sets with the rollout and writes the results. Reported per input: wall
+ms and CPU ms (process time: every thread of this process) of the whole task, the share of each
+part (timed by calling the same functions on the same data), and torch.cdist(x, x, p=1) (float32,
+torch's threads) over the same restricted matrices (layers x token sets), with the ratio
+cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
+
+    PYTHONPATH=. python benchmarks/test_stage_bench.py [--rounds 5] [--cases vit-b,dinov2-l-reg]
+        [--rollout every]
+
+Attention-like: per layer, softmax of N(0, 4) logits with +4 on column 0 (a sink) and +2 on the
+diagonal; token 0 is CLS, tokens 1..R registers, the rest content.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
+from sweep.plan import TestTask
+from workers.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test
+from workers.token_kinds import TokenKind, keep_mask, special_mask
+
+TOKEN_SETS = ("all", "content")
+
+
+@dataclass(frozen=True)
+class Case:
+    """One benchmark case: a shard of inputs (input, layer, T, T) float32 and their token kinds."""
+
+    name: str
+    attention: np.ndarray  # (input, layer, query, key) float32
+    token_kind: np.ndarray  # (input, token) int8
+
+
+def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:
+    """(layers, t, t) float32 softmax rows of N(0, 4) logits, a sink column and a diagonal boost."""
+    logits = 2.0 * rng.normal(size=(layers, t, t))
+    logits[:, :, 0] += 4.0
+    logits[:, np.arange(t), np.arange(t)] += 2.0
+    e = np.exp(logits - logits.max(axis=2, keepdims=True))
+    return (e / e.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
+def synthetic(name: str, inputs: int, layers: int, t: int, registers: int) -> Case:
+    rng = np.random.default_rng(0)
+    attention = np.stack([attention_like(rng, layers, t) for _ in range(inputs)])
+    kinds = np.full((inputs, t), TokenKind.CONTENT, dtype=np.int8)
+    kinds[:, 0] = TokenKind.CLS
+    kinds[:, 1:1 + registers] = TokenKind.REGISTER
+    return Case(name, attention, kinds)
+
+
+def minilm(inputs: int) -> Case:
+    """Real all-MiniLM-L6-v2 attention of the first pydoc:topics paragraphs, padded to T_max."""
+    from workers.extraction import load_extractor
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models import resolve_model
+
+    dataset = open_dataset(DatasetSpec(kind="text", source="pydoc:topics", limit=inputs))
+    extractor = load_extractor(resolve_model("minilm-l6"), device="cpu")
+    outs = extractor.extract(dataset.load(range(len(dataset))), dataset.ids)
+    t_max = max(out.attention.shape[-1] for out in outs)
+    layers = outs[0].attention.shape[0]
+    attention = np.zeros((len(outs), layers, t_max, t_max), np.float32)
+    kinds = np.full((len(outs), t_max), TokenKind.PAD, dtype=np.int8)
+    for i, out in enumerate(outs):
+        t = out.attention.shape[-1]
+        attention[i, :, :t, :t] = out.attention
+        kinds[i, :t] = out.token_kind
+    return Case(f"minilm-l6 (T<={t_max}, {layers} layers)", attention, kinds)
+
+
+CASES: dict[str, Callable[[int], Case]] = {
+    "vit-b": lambda n: synthetic("ViT-B (T=197, 12 layers)", n, 12, 197, 0),
+    "dinov2-l-reg": lambda n: synthetic("DINOv2-L-reg 224 (T=261, 24 layers)", n, 24, 261, 4),
+    "dinov2-518": lambda n: synthetic("DINOv2 518 (T=1370, 12 layers)", max(1, n // 8), 12, 1370,
+                                      0),
+    "minilm": minilm,
+}
+
+
+def write_shard(folder: Path, case: Case) -> TestTask:
+    """A store holding the case as one shard, written as the extraction task writes it."""
+    n, layers, t_max = case.attention.shape[:3]
+    root = create_root(folder / "store.zarr")
+    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
+                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
+    root.attrs["models"] = ["m"]
+    group = open_model(folder / "store.zarr", "m", mode="r+")
+    write_attention(group, 0, case.attention)
+    n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
+    write_tokens(group, 0, n_tokens, case.token_kind)
+    return TestTask("test-m-00000", str(folder / "store.zarr"), "m", 0, 0, n, TOKEN_SETS, 1e-12)
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, float]:
+    """(wall s, CPU s of this process) of one call."""
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callable[[], object]]:
+    """Each part of the stage as a callable over the whole shard, on the data the stage sees."""
+    group = open_model(task.store, task.model, mode="r+")
+    n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1)
+    jobs = []  # (attention (L, t, t), keep, token kinds)
+    for i in range(case.attention.shape[0]):
+        t = int(n_tokens[i])
+        for token_set in TOKEN_SETS:
+            kinds = case.token_kind[i, :t]
+            jobs.append((case.attention[i, :, :t, :t], keep_mask(kinds, token_set), kinds))
+    stacks = [restrict_layers(a, keep)[0] for a, keep, _ in jobs]
+    specials = [special_mask(kinds)[keep] for _, keep, kinds in jobs]
+    products = [rollout_products(s) for s in stacks]
+    results = evaluate_shard(case.attention, n_tokens, case.token_kind, TOKEN_SETS, 1e-12,
+                             rollout)
+
+    def read() -> None:
+        group["n_tokens"][:]
+        group["token_kind"][:]
+        group["attention"][:]
+
+    def write() -> None:
+        for name, values in results.items():
+            group["results"][name][:] = values
+
+    parts = {
+        "read": read,
+        "restriction": lambda: [restrict_layers(a, keep) for a, keep, _ in jobs],
+        "check": lambda: [check(s, special=m, validate=False)
+                          for s, m in zip(stacks, specials, strict=True)],
+    }
+    if rollout != "off":
+        parts["rollout products"] = lambda: [rollout_products(s) for s in stacks]
+        last = rollout == "last"
+        parts["rollout kappa"] = lambda: [kappa_only(p[-1:] if last else p) for p in products]
+    parts["write"] = write
+    return parts
+
+
+def cdist_function(case: Case) -> Callable[[], object]:
+    """torch.cdist(p=1) over every input's restricted float32 matrices (layers x token sets)."""
+    n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1)
+    mats = []
+    for i in range(case.attention.shape[0]):
+        t = int(n_tokens[i])
+        for token_set in TOKEN_SETS:
+            keep = keep_mask(case.token_kind[i, :t], token_set)
+            layers = case.attention[i, :, :t, :t]  # (layer, query, key) real tokens
+            mats.append(torch.from_numpy(np.ascontiguousarray(layers[:, keep][:, :, keep])))
+
+    def run() -> None:
+        for x in mats:
+            torch.cdist(x, x, p=1)
+
+    return run
+
+
+def bench(case: Case, rounds: int, rollout: str) -> None:
+    n = case.attention.shape[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        task = write_shard(Path(tmp), case)
+        task = TestTask(**{**task.__dict__, "rollout": rollout})
+        funcs = {"stage": lambda: run_test(task), "cdist": cdist_function(case),
+                 **part_functions(case, task, rollout)}
+        best = {name: (np.inf, np.inf) for name in funcs}
+        for fn in funcs.values():  # warm-up (numba compilation, caches)
+            fn()
+        for _ in range(rounds):
+            for name, fn in funcs.items():
+                wall, cpu = timed(fn)
+                best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+    stage_wall, stage_cpu = best["stage"]
+    cdist_wall = best["cdist"][0]
+    parts = [p for p in funcs if p not in ("stage", "cdist")]
+    parts_cpu = sum(best[p][1] for p in parts)
+    print(f"\n{case.name}: {n} inputs, rollout {rollout}, best of {rounds}")
+    print(f"  test stage: {1e3 * stage_wall / n:.2f} ms wall, {1e3 * stage_cpu / n:.2f} ms CPU "
+          f"per input")
+    cdist_cpu = best["cdist"][1]
+    print(f"  torch.cdist(p=1), same matrices: {1e3 * cdist_wall / n:.2f} ms wall, "
+          f"{1e3 * cdist_cpu / n:.2f} ms CPU per input; cdist / stage = "
+          f"{cdist_wall / stage_wall:.2f}x wall, {cdist_cpu / stage_cpu:.2f}x CPU")
+    print(f"    {'part':<17} {'wall ms':>8} {'CPU ms':>8} {'CPU share':>9}  (per input)")
+    for name in parts:
+        wall, cpu = best[name]
+        print(f"    {name:<17} {1e3 * wall / n:8.2f} {1e3 * cpu / n:8.2f} "
+              f"{100 * cpu / parts_cpu:8.1f}%")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="vit-b,dinov2-l-reg,dinov2-518,minilm")
+    parser.add_argument("--inputs", type=int, default=8, help="inputs per case (518 px: / 8)")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rollout", default="every", choices=ROLLOUT_MODES)
+    args = parser.parse_args()
+    print(f"torch threads {torch.get_num_threads()}")
+    for name in args.cases.split(","):
+        bench(CASES[name](args.inputs), args.rounds, args.rollout)
+
+
+if __name__ == "__main__":
+    main()

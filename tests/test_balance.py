@@ -1,0 +1,101 @@
+"""The plan's balance: predicted seconds per input from the measured constants, pool sizes of each
+cluster kind, and the lines `sweep plan --cluster` prints."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sweep.balance import (
+    CONSTANTS,
+    Pools,
+    balance_lines,
+    cluster_pools,
+    extract_seconds,
+    stage_cpu_seconds,
+)
+from sweep.cli import main
+from sweep.clusters.config import load_cluster_config
+from sweep.commands import plan as plan_command
+from sweep.config import parse_config
+from sweep.plan import ModelFacts, build_plan
+
+REPO = Path(__file__).resolve().parents[1]
+CONFIG = {
+    "store": "/tmp/never-written.zarr",
+    "datasets": {"photos": {"source": "sklearn:sample_images"}},
+    "models": {"vit-b": {"source": "tiny-vit", "dataset": "photos"},
+               "dino-l": {"source": "tiny-vit", "dataset": "photos"}},
+}
+FACTS = {
+    "vit-b": ModelFacts.from_counts(tuple(f"i{i}" for i in range(100)), 12, (197,) * 100),
+    "dino-l": ModelFacts.from_counts(tuple(f"i{i}" for i in range(100)), 24, (261,) * 100),
+}
+
+
+def plan_of(**changes):
+    return build_plan(parse_config({**CONFIG, **changes}), FACTS)
+
+
+def test_every_constant_says_where_it_was_measured():
+    for name, constant in CONSTANTS.items():
+        assert constant.seconds > 0 and constant.unit and constant.measured, name
+    assert "NOT measured" in CONSTANTS["GPU_LAYER_TOKEN_S"].measured
+
+
+def test_test_seconds_grow_with_size_and_shrink_with_less_rollout():
+    vit, dino = plan_of().models
+    ratio = stage_cpu_seconds(dino) / stage_cpu_seconds(vit)  # 2x layers; T^2 to T^3 terms
+    assert 2 * (261 / 197) ** 2 < ratio < 2 * (261 / 197) ** 3
+    every, last, off = (plan_of(rollout=mode).models[0] for mode in ("every", "last", "off"))
+    assert stage_cpu_seconds(every) > stage_cpu_seconds(last) > stage_cpu_seconds(off) > 0
+    one_set = plan_of(token_sets=["all"]).models[0]
+    assert stage_cpu_seconds(every) == pytest.approx(2 * stage_cpu_seconds(one_set))
+
+
+def test_extraction_on_a_gpu_is_cheaper_than_on_cpu_workers():
+    vit = plan_of().models[0]
+    assert 0 < extract_seconds(vit, gpu=True) < extract_seconds(vit, gpu=False)
+
+
+def test_pool_sizes_of_each_cluster_kind():
+    cfg = load_cluster_config(REPO / "cluster.yaml")
+    assert cluster_pools(cfg, cpu_count=8, devices=[]) == Pools(0, 8, 8)
+    assert cluster_pools(cfg, cpu_count=8, devices=[0, 1]) == Pools(2, 6, 2)
+    slurm = cfg.model_copy(update={"kind": "slurm"})
+    assert cluster_pools(slurm) == Pools(gpus=2, cpu_cores=4 * 16, extract_slots=2)
+    kube = cfg.model_copy(update={"kind": "kubernetes"})
+    assert cluster_pools(kube) == Pools(gpus=2, cpu_cores=4 * 4, extract_slots=2)
+    assert cluster_pools(cfg.model_copy(update={"kind": "address"})) is None
+
+
+def test_balance_lines_give_cores_per_gpu_and_stage_seconds():
+    plan = plan_of()
+    lines = balance_lines(plan, Pools(gpus=2, cpu_cores=64, extract_slots=2))
+    vit = plan.models[0]
+    row = next(line for line in lines if line.startswith("vit-b "))
+    extract, test = extract_seconds(vit, True), stage_cpu_seconds(vit)
+    cells = row.split()
+    assert float(cells[3]) == pytest.approx(test / extract, rel=0.05)
+    assert float(cells[4]) == pytest.approx(100 * extract / 2, rel=0.01)
+    assert float(cells[5]) == pytest.approx(100 * test / 64, rel=0.01)
+    assert any("measured constants" in line for line in lines)
+    cpu_only = balance_lines(plan, Pools(gpus=0, cpu_cores=2, extract_slots=2))
+    assert "no GPU" in cpu_only[1]
+
+
+def test_sweep_plan_with_a_cluster_prints_the_balance(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(
+        f"store: {tmp_path / 'store.zarr'}\n"
+        "datasets: {photos: {source: 'sklearn:sample_images'}}\n"
+        "models: {vit-b: {source: tiny-vit, dataset: photos}}\n"
+    )
+    facts = {"vit-b": FACTS["vit-b"]}  # sizing a model is the driver's business, not this test's
+    monkeypatch.setattr(plan_command, "collect_facts", lambda config: (facts, {}))
+    assert main(["plan", str(config), "--cluster", str(REPO / "cluster.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "balance (predicted from measured constants" in out
+    cells = next(line for line in out.splitlines() if line.startswith("vit-b ")).split()
+    assert cells[4] != "?" and float(cells[5]) > 0

@@ -1,0 +1,90 @@
+"""kappa of rollout products screened in float32 (`kappa_only`, `kernel.kappa32_over_matrices`)
+equals the float64 brute-force oracle bit for bit, and today's float64 screen, including ties."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from workers import kernel
+from workers.equality import check, kappa_only, rollout, rollout_products
+
+
+def oracle_kappa(x: np.ndarray) -> float:
+    """max over i < j of 0.5 * (sequential left-to-right float64 sum of |x_ik - x_jk|)."""
+    n = x.shape[0]
+    if n < 2:
+        return 0.0
+    sums = np.cumsum(np.abs(x[:, None, :] - x[None, :, :]), axis=2)[:, :, -1]  # sequential
+    return float(max(0.5 * sums[i, j] for i in range(n) for j in range(i + 1, n)))
+
+
+def stochastic(rng: np.random.Generator, layers: int, n: int) -> np.ndarray:
+    a = rng.exponential(size=(layers, n, n)) ** 3
+    return a / a.sum(axis=-1, keepdims=True)
+
+
+def adversarial(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
+    """(n, n) matrices whose pairs tie: within the float32 screen's error, or exactly."""
+    if kind == "identity":
+        return np.eye(n)
+    if kind == "identical rows":
+        return np.tile(stochastic(rng, 1, n)[0, :1], (n, 1))
+    if kind == "near-uniform":
+        a = 1.0 + 1e-9 * rng.normal(size=(n, n))
+        return a / a.sum(axis=1, keepdims=True)
+    if kind == "one-hot":
+        return np.eye(n)[rng.integers(0, n, size=n)]
+    if kind == "two rows":  # every row one of two distributions: many exact ties at the max
+        rows = stochastic(rng, 1, n)[0, :2]
+        return rows[rng.integers(0, 2, size=n)]
+    raise ValueError(kind)
+
+
+KINDS = ("identity", "identical rows", "near-uniform", "one-hot", "two rows")
+
+
+def assert_screens_agree(stack: np.ndarray) -> None:
+    """kappa_only == the oracle == today's float64 screen == check's kappa, bit for bit."""
+    x = np.ascontiguousarray(stack, dtype=np.float64)
+    got = kappa_only(x)
+    tiles = kernel.tile_order(x.shape[1])
+    assert np.array_equal(got, kernel.kappa_over_matrices(x, tiles, 2))
+    assert got.tolist() == [oracle_kappa(m) for m in x]
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 14), layers=st.integers(1, 4), seed=st.integers(0, 2**32 - 1))
+def test_screened_kappa_of_rollout_products_is_the_oracles(n, layers, seed):
+    stack = stochastic(np.random.default_rng(seed), layers, n)
+    products = rollout_products(stack)
+    assert_screens_agree(products)
+    assert np.array_equal(kappa_only(stack), check(stack, validate=False).kappa)
+
+
+@settings(max_examples=25, deadline=None)
+@given(kind=st.sampled_from(KINDS), n=st.integers(2, 40), seed=st.integers(0, 2**32 - 1))
+def test_adversarial_ties_are_the_oracles(kind, n, seed):
+    a = adversarial(kind, n, np.random.default_rng(seed))
+    assert_screens_agree(a[None])
+    assert_screens_agree(rollout_products(np.stack([a, a])))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_ties_beyond_the_candidate_limit_take_the_float64_screen(kind):
+    """n = 67: more than CANDIDATES_PER_ROW * n pairs tie within the float32 error (except
+    one-hot rows with few distinct tokens), so the float64 screen narrows them; same result."""
+    a = adversarial(kind, 67, np.random.default_rng(1))
+    assert_screens_agree(np.stack([a, 0.5 * (np.eye(67) + a)]))
+
+
+def test_the_whole_rollout_matches_the_oracle_on_attention_like_layers():
+    rng = np.random.default_rng(5)
+    logits = 2.0 * rng.normal(size=(6, 33, 33))
+    logits[:, :, 0] += 4.0
+    layers = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    kappa_r, _ = rollout(layers)
+    x = rollout_products(np.stack([m / m.sum(axis=1, keepdims=True) for m in layers]))
+    np.testing.assert_allclose(kappa_r, [oracle_kappa(m) for m in x], rtol=0, atol=1e-12)
