@@ -27,6 +27,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep import report_training
 
 LAST_THIRD = 2  # index of the last of three relative-depth bins
 RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
@@ -48,6 +49,7 @@ class Report:
     baseline: pd.DataFrame  # 5. n: random row-stochastic matrices
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
+    training: dict  # 7. model name -> training record (models trained by the project)
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -73,6 +75,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         baseline=baseline_table(tree),
         token_counts=token_counts(tree),
         rollout=rollout_gap(tree),
+        training=report_training.training_records(tree),
     )
 
 
@@ -208,6 +211,7 @@ def render_markdown(report: Report) -> str:
                                         "n_max"])
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
+    out += report_training.render_markdown(report.training)
     return "\n".join(out)
 
 
@@ -230,6 +234,7 @@ def render_json(report: Report) -> str:
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):
             document[field.name] = _records(value)
+    document["training"] = report.training  # model name -> training record
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 

@@ -156,12 +156,26 @@ def default_cache_dir() -> Path:
 
 def prepare_model(
     spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
-) -> None:
-    """Train and cache what a model needs before workers load it (FT-Transformer); else no-op."""
+) -> dict[str, Any] | None:
+    """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
+    training record (the cached one when the checkpoint exists). None for models that need no
+    preparation (pretrained and tiny models, random-init controls)."""
     if spec.family == "ft-transformer":
         from workers.models import ft_transformer
 
-        ft_transformer.ensure_checkpoint(spec, dataset, Path(cache_dir or default_cache_dir()))
+        return ft_transformer.prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
+    return None
+
+
+def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
+    """The inputs `spec` is measured on, from the spec and `dataset` alone (no training):
+    FT-Transformer's test rows (option `split: test`) or every row (`split: all`); for every other
+    model the dataset itself."""
+    if spec.family == "ft-transformer":
+        from workers.models import ft_transformer
+
+        return ft_transformer.model_dataset(spec, dataset)
+    return dataset
 
 
 def load_extractor(

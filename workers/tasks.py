@@ -20,7 +20,7 @@ from storage.store import open_model, write_attention, write_baseline, write_res
 from workers.baseline import holding_in_blocks
 from workers.equality import check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
-from workers.extraction import Extractor, load_extractor
+from workers.extraction import Extractor, load_extractor, model_dataset
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
@@ -63,7 +63,7 @@ def run_extract(task: ExtractTask) -> int:
     """Extract the shard's inputs, write attention, n_tokens, token kinds, then the marker."""
     group = open_model(task.store, task.model, mode="r+")
     n_layers, t_max = group.attrs["n_layers"], group.attrs["t_max"]
-    dataset = cached_dataset(task.dataset)
+    dataset = model_dataset(task.spec, cached_dataset(task.dataset))
     ids = dataset.ids[task.start:task.stop]
     stored = [str(i) for i in group["input_id"][task.start:task.stop]]
     if stored != list(ids):

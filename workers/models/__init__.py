@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.errors import InputError
+from workers.models import ft_options
 
 FAMILIES = ("hf", "timm", "ft-transformer")
 MODALITIES = ("image", "text", "tabular")
@@ -41,6 +42,7 @@ class ModelSpec:
     config: tuple[tuple[str, Any], ...] = ()
     weights: str | None = None  # local safetensors weights file (timm)
     seed: int = 0  # initialisation seed of randomly initialised models; training seed (FT)
+    random_init: bool = False  # control: seeded random weights instead of pretrained/trained ones
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -80,14 +82,7 @@ _TINY_HF_TEXT = dict(
 )
 _TINY_TIMM = dict(img_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
 
-FT_DEFAULTS: dict[str, Any] = {
-    "n_blocks": 3,
-    "max_epochs": 200,
-    "patience": 16,
-    "batch_size": 64,
-    "val_fraction": 0.2,
-    "test_fraction": 0.2,
-}
+FT_DEFAULTS = ft_options.DEFAULTS  # FT-Transformer options and their defaults (ft_options)
 
 PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -180,19 +175,7 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
 
 
 def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
-    unknown = sorted(set(options) - set(FT_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"model {spec.name!r}: unknown option(s) {unknown}; valid: {sorted(FT_DEFAULTS)}"
-        )
-    config = {**FT_DEFAULTS, **spec.options, **options}
-    for key, value in config.items():
-        fraction = key.endswith("_fraction")
-        valid = 0 < value < 0.5 if fraction else isinstance(value, int) and value >= 1
-        if not valid or (key == "n_blocks" and value > 6):
-            rule = "in (0, 0.5)" if fraction else "an integer >= 1"
-            rule += " and <= 6" if key == "n_blocks" else ""
-            raise InputError(f"model {spec.name!r}: option {key}={value!r} must be {rule}")
+    config = ft_options.check(spec.name, {**spec.options, **options})
     return replace(spec, config=_cfg(**config), seed=seed)
 
 
