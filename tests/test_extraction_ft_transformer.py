@@ -61,6 +61,16 @@ def test_the_record_round_trips_from_the_cache_without_retraining(cache, wine, m
     assert load_extractor(SPEC, dataset=wine, cache_dir=directory, device="cpu").n_layers == 1
 
 
+def test_measurement_options_share_the_checkpoint_training_options_do_not(cache, wine):
+    directory, records = cache
+    assert records[FULL] == records[SPEC]  # trained once: last_block changes no training
+    path = ft_transformer.checkpoint_path
+    assert path(SPEC, wine.table, directory) == path(FULL, wine.table, directory) == path(
+        resolve_model("ft-transformer", **TINY, split="all"), wine.table, directory)
+    other = resolve_model("ft-transformer", **{**TINY, "patience": 2})
+    assert path(other, wine.table, directory) != path(SPEC, wine.table, directory)
+
+
 def test_split_is_fixed_by_the_seed_and_partitions_the_rows():
     a = split_indices(100, 3, 0.2, 0.2)
     b = split_indices(100, 3, 0.2, 0.2)

@@ -25,6 +25,7 @@ from workers.errors import InputError
 HEADS = 8  # attention_n_heads of the library's default configurations
 SPLITS = ("test", "all")
 LAST_BLOCKS = ("skip", "full")
+MEASUREMENT_ONLY = ("split", "last_block")  # options that change what is measured, not training
 
 DEFAULTS: dict[str, Any] = {
     "n_blocks": 3,
@@ -81,3 +82,8 @@ def _rule(key: str, value: Any) -> str | None:
 def measured_layers(options: dict[str, Any]) -> int:
     """Attention layers an FT spec's extraction yields: n_blocks, less one with last_block skip."""
     return int(options["n_blocks"]) - (options["last_block"] == "skip")
+
+
+def training_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that determine training (all but `MEASUREMENT_ONLY`): a checkpoint's key."""
+    return {k: v for k, v in options.items() if k not in MEASUREMENT_ONLY}

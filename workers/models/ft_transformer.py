@@ -44,7 +44,7 @@ from workers.models.ft_data import (
     split_indices,
     table_split,
 )
-from workers.models.ft_options import measured_layers
+from workers.models.ft_options import measured_layers, training_options
 from workers.token_kinds import TokenKind
 
 __all__ = ["FTExtractor", "checkpoint_path", "ensure_checkpoint", "full_attention",
@@ -52,8 +52,13 @@ __all__ = ["FTExtractor", "checkpoint_path", "ensure_checkpoint", "full_attentio
 
 
 def checkpoint_path(spec: ModelSpec, table: Table, cache_dir: Path) -> Path:
-    """Where the checkpoint of `spec` trained on `table` lives (its record: same stem, .json)."""
-    key = json.dumps({"spec": spec.to_dict(), "table": table.fingerprint}, sort_keys=True)
+    """Where the checkpoint of `spec` trained on `table` lives (its record: same stem, .json).
+
+    The key covers what determines training: the spec without its measurement-only options
+    (`split`, `last_block`), and the table's content.
+    """
+    trained = {**spec.to_dict(), "config": training_options(spec.options)}
+    key = json.dumps({"spec": trained, "table": table.fingerprint}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"ft-transformer-{digest}.safetensors"
 
