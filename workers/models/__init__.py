@@ -32,6 +32,8 @@ class ModelSpec:
     `pretrained=False` builds a randomly initialised model from `config` (tiny presets; for
     `ft-transformer` the weights come from project training). `config` holds sorted
     (key, value) pairs: architecture overrides, or FT-Transformer hyperparameters.
+    `random_init=True` is the control: the same architecture with weights drawn from `seed`
+    (FT-Transformer: the initialisation its training starts from, never trained).
     """
 
     name: str
