@@ -224,6 +224,13 @@ def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
     return dict(root[model].attrs)
 
 
+def write_training_record(store: str | Path, model: str, record: dict) -> None:
+    """Keep a trained model's training record (`prepare_model`'s) as its group's `training`
+    attribute. The driver calls it under the store lock (attrs are not safe to write concurrently).
+    """
+    open_model(store, model, mode="r+").attrs["training"] = record
+
+
 def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
     """A model's group; InputError naming the store's models if there is no such model."""
     root = open_root(store, mode=mode)

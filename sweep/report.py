@@ -28,6 +28,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep import report_training
 from sweep.report_controls import controls_table, markdown_section
 from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_readings import attribution, attribution_markdown, label_readings
@@ -55,6 +56,7 @@ class Report:
     token_counts: pd.DataFrame  # 5. model, token_set: matrix sizes n of the model's inputs
     rollout: pd.DataFrame  # 6. model, token_set: full-rollout kappa against the product bound
     controls: pd.DataFrame  # model, control, token_set: trained vs random-init rates
+    training: dict  # 7. model name -> training record (models trained by the project)
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
 
 
@@ -84,6 +86,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         token_counts=label_readings(token_counts(tree)),
         rollout=label_readings(rollout_gap(tree)),
         controls=label_readings(controls_table(summary)),
+        training=report_training.training_records(tree),
         nulls=null_lifts(tree, summary),
     )
 
@@ -233,6 +236,7 @@ def render_markdown(report: Report) -> str:
                                         "n_max"])
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
+    out += report_training.render_markdown(report.training)
     return "\n".join(out)
 
 
@@ -268,6 +272,7 @@ def render_json(report: Report) -> str:
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):
             document[field.name] = _records(value)
+    document["training"] = report.training  # model name -> training record
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
 

@@ -26,9 +26,10 @@ from storage.store import (
 )
 from sweep.config import SweepConfig
 from sweep.plan import ExtractTask, ModelFacts, SweepPlan, Task, TestTask, build_plan
-from workers.extraction import load_extractor, prepare_model
+from workers.extraction import load_extractor, model_dataset, prepare_model
 from workers.inputs import open_dataset
 from workers.models import resolve_model
+from workers.models.ft_options import measured_layers
 from workers.tasks import run_task
 
 FACT_BATCH = 256  # inputs per token_counts call while sizing
@@ -42,7 +43,7 @@ def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> Model
     """
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
-    dataset = open_dataset(config.datasets[entry.dataset].to_spec())
+    dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
     if train:
         prepare_model(spec, dataset, config.checkpoint_dir)
     stored = stored_model_attrs(config.store, name)
@@ -52,7 +53,7 @@ def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> Model
     if spec.family == "ft-transformer" and not train and dataset.table is not None:
         # Sized from its hyperparameters: loading it would train it. CLS + one token per feature.
         tokens = len(dataset.table.feature_names) + 1
-        return ModelFacts.from_counts(tuple(dataset.ids), int(spec.options["n_blocks"]),
+        return ModelFacts.from_counts(tuple(dataset.ids), measured_layers(spec.options),
                                       (tokens,) * len(dataset))
     extractor = load_extractor(spec, dataset=dataset, cache_dir=config.checkpoint_dir,
                                device="cpu", dtype=config.model_setting(name, "dtype"))

@@ -102,11 +102,20 @@ def test_csv_numeric_target_with_many_values_is_regression(tmp_path):
     assert open_dataset(DatasetSpec(kind="tabular", path=str(path))).table.task == "regression"
 
 
-def test_csv_unparseable_row_names_the_line(tmp_path):
+def test_csv_missing_value_names_the_line(tmp_path):
     path = tmp_path / "t.csv"
-    path.write_text("a,target\n1,0\nabc,1\n")
-    with pytest.raises(InputError, match=r"t\.csv:3: column 'a' holds 'abc'"):
+    path.write_text("a,target\n1,0\n,1\n")
+    with pytest.raises(InputError, match=r"t\.csv:3: column 'a' is empty"):
         open_dataset(DatasetSpec(kind="tabular", path=str(path)))
+
+
+def test_csv_text_column_is_categorical(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("a,colour,target\n1,red,0\n2,blue,1\n3,red,1\n4,7,0\n")
+    table = open_dataset(DatasetSpec(kind="tabular", path=str(path))).table
+    assert table.categorical == (1,) and table.cardinalities == (3,)  # sorted: 7, blue, red
+    assert table.continuous == (0,)
+    np.testing.assert_array_equal(table.features[:, 1], [2, 1, 2, 0])
 
 
 def test_csv_without_the_target_column_lists_the_columns(tmp_path):

@@ -156,24 +156,26 @@ def default_cache_dir() -> Path:
 
 def prepare_model(
     spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
-) -> None:
-    """Train and cache what a model needs before workers load it (FT-Transformer); else no-op."""
-    _refuse_ft_control(spec)
+) -> dict[str, Any] | None:
+    """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
+    training record (the cached one when the checkpoint exists). None for models that need no
+    preparation (pretrained and tiny models, random-init controls)."""
     if spec.family == "ft-transformer":
         from workers.models import ft_transformer
 
-        ft_transformer.ensure_checkpoint(spec, dataset, Path(cache_dir or default_cache_dir()))
+        return ft_transformer.prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
+    return None
 
 
-def _refuse_ft_control(spec: ModelSpec) -> None:
-    """FT-Transformer random-init controls come with the FT rewrite (area 3), which honours
-    `random_init`; until then this adapter would train the control like the model. MERGE: delete
-    this guard and its two calls once `workers.models.ft_transformer` honours `random_init`."""
-    if spec.family == "ft-transformer" and spec.random_init:
-        raise InputError(
-            f"model {spec.name!r}: random-init controls of FT-Transformer need the FT adapter "
-            "that honours random_init (not on this branch yet)"
-        )
+def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
+    """The inputs `spec` is measured on, from the spec and `dataset` alone (no training):
+    FT-Transformer's test rows (option `split: test`) or every row (`split: all`); for every other
+    model the dataset itself."""
+    if spec.family == "ft-transformer":
+        from workers.models import ft_transformer
+
+        return ft_transformer.model_dataset(spec, dataset)
+    return dataset
 
 
 def load_extractor(
@@ -185,7 +187,6 @@ def load_extractor(
     cache_dir: str | Path | None = None,
 ) -> Extractor:
     """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
-    _refuse_ft_control(spec)
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
     if spec.family == "hf":
         from workers.models import hf

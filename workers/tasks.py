@@ -27,7 +27,7 @@ from storage.store import (
 from workers.baseline import holding_in_blocks
 from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
-from workers.extraction import Extractor, load_extractor
+from workers.extraction import Extractor, load_extractor, model_dataset
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms
 from workers.readings import READING_EVALUATORS, attaining_kinds
@@ -72,7 +72,7 @@ def run_extract(task: ExtractTask) -> int:
     """Extract the shard's inputs, write attention, n_tokens, token kinds, then the marker."""
     group = open_model(task.store, task.model, mode="r+")
     n_layers, t_max = group.attrs["n_layers"], group.attrs["t_max"]
-    dataset = cached_dataset(task.dataset)
+    dataset = model_dataset(task.spec, cached_dataset(task.dataset))
     ids = dataset.ids[task.start:task.stop]
     stored = [str(i) for i in group["input_id"][task.start:task.stop]]
     if stored != list(ids):

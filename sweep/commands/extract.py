@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from workers.errors import InputError
-from workers.extraction import DTYPES, load_extractor, prepare_model
+from workers.extraction import DTYPES, load_extractor, model_dataset, prepare_model
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
 from workers.models import resolve_model
 
@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     prepare_model(model, dataset, args.cache_dir)
     extractor = load_extractor(model, dataset=dataset, device=args.device, dtype=args.dtype,
                                cache_dir=args.cache_dir)
+    dataset = model_dataset(model, dataset)  # FT-Transformer: its test rows by default
     arrays: dict[str, np.ndarray] = {"ids": np.array(dataset.ids, dtype=str)}
     start = time.perf_counter()
     for first in range(0, len(dataset), args.batch_size):

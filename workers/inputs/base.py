@@ -45,13 +45,24 @@ class DatasetSpec:
 
 @dataclass(frozen=True)
 class Table:
-    """Every row of a tabular source (not only the first `limit`): what FT-Transformer trains on."""
+    """Every row of a tabular source (not only the first `limit`): what FT-Transformer trains on.
+
+    A categorical feature holds its category codes 0..cardinality-1 (as float64) in `features`.
+    """
 
     features: np.ndarray  # (rows, features) float64
     target: np.ndarray  # (rows,) float64 (regression) or int64 class index (classification)
     task: str  # "classification" | "regression"
     feature_names: tuple[str, ...]
     fingerprint: str  # sha256 of the content: keys the trained checkpoint
+    categorical: tuple[int, ...] = ()  # ascending indices of the categorical features
+    cardinalities: tuple[int, ...] = ()  # per categorical feature: its categories (codes 0..c-1)
+
+    @property
+    def continuous(self) -> tuple[int, ...]:
+        """Ascending indices of the continuous (non-categorical) features."""
+        categorical = set(self.categorical)
+        return tuple(k for k in range(len(self.feature_names)) if k not in categorical)
 
 
 class Dataset:

@@ -1,9 +1,14 @@
-"""Tabular datasets: a CSV file with a named target column, or scikit-learn's datasets."""
+"""Tabular datasets: a CSV file with a named target column, or scikit-learn's datasets.
+
+Text columns of a CSV and Adult's categorical columns are categorical features: the table
+holds their codes and knows which features they are and how many categories each has.
+"""
 
 from __future__ import annotations
 
 import csv
 import hashlib
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -24,24 +29,48 @@ MAX_CLASSES = 20
 
 
 class TabularDataset(Dataset):
-    """Rows of float64 features; `table` holds every row with its target for training."""
+    """Rows of float64 features; `table` holds every row with its target for training.
+
+    `row_ids` names every row of the table; `rows` (default: all, in order) picks the table rows
+    this dataset's inputs are, in that order (then `limit` keeps the first N of them).
+    """
 
     kind = "tabular"
 
-    def __init__(self, spec: DatasetSpec, ids: list[str], table: Table) -> None:
-        super().__init__(spec, ids)
+    def __init__(self, spec: DatasetSpec, row_ids: Sequence[str], table: Table,
+                 rows: Sequence[int] | None = None) -> None:
+        if len(row_ids) != len(table.target):
+            raise InputError(f"tabular dataset: {len(row_ids)} ids for {len(table.target)} rows")
+        self.row_ids = tuple(row_ids)
+        order = np.arange(len(row_ids)) if rows is None else np.asarray(rows, dtype=np.int64)
+        super().__init__(spec, [self.row_ids[r] for r in order])
+        self._rows = order[: len(self.ids)]
         self._table = table
 
     @property
     def table(self) -> Table:
         return self._table
 
+    @property
+    def rows(self) -> np.ndarray:
+        """The table row of each input, in input order: (inputs,) int64."""
+        return self._rows.copy()
+
+    def subset(self, rows: Sequence[int]) -> TabularDataset:
+        """The same table measured on `rows` only (table rows, in that order; then `limit`)."""
+        return TabularDataset(self.spec, self.row_ids, self._table, rows)
+
     def _load_one(self, index: int) -> np.ndarray:
-        return self._table.features[index].copy()  # (features,) float64
+        return self._table.features[self._rows[index]].copy()  # (features,) float64
 
 
-def make_table(features: np.ndarray, target: np.ndarray, task: str, names: list[str]) -> Table:
-    """A `Table` with its content fingerprint; NaN/inf features or targets are an InputError."""
+def make_table(features: np.ndarray, target: np.ndarray, task: str, names: list[str],
+               cardinalities: Mapping[int, int] | None = None) -> Table:
+    """A `Table` with its content fingerprint; NaN/inf features or targets are an InputError.
+
+    `cardinalities` maps the index of each categorical feature to its number of categories;
+    its values must be the codes 0..cardinality-1.
+    """
     features = np.ascontiguousarray(features, dtype=np.float64)
     target_dtype = np.int64 if task == "classification" else np.float64
     target = np.ascontiguousarray(target, dtype=target_dtype)
@@ -49,10 +78,20 @@ def make_table(features: np.ndarray, target: np.ndarray, task: str, names: list[
     if len(bad):
         row, col = bad[0]
         raise InputError(f"tabular row {row}, feature {names[col]!r}: not a finite number")
+    categorical = tuple(sorted((cardinalities or {}).keys()))
+    sizes = tuple(int((cardinalities or {})[k]) for k in categorical)
+    for k, size in zip(categorical, sizes, strict=True):
+        codes = features[:, k]
+        if size < 1 or np.any((codes < 0) | (codes >= size) | (codes != np.round(codes))):
+            raise InputError(
+                f"tabular feature {names[k]!r}: categorical codes must be integers in [0, {size})"
+            )
     digest = hashlib.sha256()
     for part in (features.tobytes(), target.tobytes(), task.encode(), "\x00".join(names).encode()):
         digest.update(part)
-    return Table(features, target, task, tuple(names), digest.hexdigest())
+    if categorical:
+        digest.update(repr((categorical, sizes)).encode())
+    return Table(features, target, task, tuple(names), digest.hexdigest(), categorical, sizes)
 
 
 def open_tabular(spec: DatasetSpec) -> Dataset:
@@ -92,16 +131,20 @@ def _fetched(name: str) -> Table:
         ) from error
     frame = frame.dropna()
     target = frame.pop("class")
-    # Categorical columns become their category codes: one numeric token per feature.
+    # Categorical columns: their category codes, embedded by FT-Transformer as categories.
+    categorical = [k for k, c in enumerate(frame.columns) if frame[c].dtype.name == "category"]
     columns = [
-        frame[c].cat.codes.to_numpy() if frame[c].dtype.name == "category" else frame[c].to_numpy()
-        for c in frame.columns
+        frame[c].cat.codes.to_numpy() if k in categorical else frame[c].to_numpy()
+        for k, c in enumerate(frame.columns)
     ]
+    sizes = {k: len(frame[frame.columns[k]].cat.categories) for k in categorical}
     labels = (target.astype(str) == ">50K").to_numpy()
-    return make_table(np.stack(columns, axis=1), labels, "classification", list(frame.columns))
+    return make_table(np.stack(columns, axis=1), labels, "classification", list(frame.columns),
+                      sizes)
 
 
 def _csv(path: Path, target: str) -> tuple[Table, list[str]]:
+    """Every data row of a CSV; a column holding any non-number is categorical (sorted labels)."""
     if not path.is_file():
         raise InputError(f"CSV file {str(path)!r}: not found")
     with path.open(newline="", encoding="utf-8") as handle:
@@ -112,35 +155,46 @@ def _csv(path: Path, target: str) -> tuple[Table, list[str]]:
         if target not in header:
             raise InputError(f"{path}:1: no target column {target!r}; columns are {header}")
         t = header.index(target)
-        names = [h for k, h in enumerate(header) if k != t]
-        rows, labels = [], []
+        cells, lines = [], []  # per data row: its fields, and its line number
         for row in reader:
-            line = reader.line_num
             if not row:
                 continue
             if len(row) != len(header):
-                raise InputError(f"{path}:{line}: {len(row)} fields, the header has {len(header)}")
-            values = []
+                raise InputError(
+                    f"{path}:{reader.line_num}: {len(row)} fields, the header has {len(header)}"
+                )
             for k, cell in enumerate(row):
-                if k == t:
-                    continue
-                try:
-                    values.append(float(cell))
-                except ValueError:
-                    raise InputError(
-                        f"{path}:{line}: column {header[k]!r} holds {cell!r}, not a number"
-                    ) from None
-            rows.append(values)
-            labels.append(row[t].strip())
-    if not rows:
+                if not cell.strip():
+                    raise InputError(f"{path}:{reader.line_num}: column {header[k]!r} is empty "
+                                     "(missing values are not supported)")
+            cells.append(row)
+            lines.append(reader.line_num)
+    if not cells:
         raise InputError(f"{path}: no data rows after the header")
-    features = np.array(rows, dtype=np.float64)
-    bad = np.argwhere(~np.isfinite(features))
-    if len(bad):
-        raise InputError(f"{path}: row {bad[0][0] + 1}, column {names[bad[0][1]]!r} is not finite")
-    task, encoded = _encode_target(labels, path)
-    ids = [f"row-{k}" for k in range(len(rows))]
-    return make_table(features, encoded, task, names), ids
+    names = [h for k, h in enumerate(header) if k != t]
+    columns, sizes = [], {}
+    for k in (k for k in range(len(header)) if k != t):
+        values = [row[k].strip() for row in cells]
+        numbers = _numbers(values)
+        if numbers is None:  # text: a categorical feature, codes of its sorted labels
+            labels = sorted(set(values))
+            sizes[len(columns)] = len(labels)
+            numbers = np.searchsorted(np.array(labels), np.array(values)).astype(np.float64)
+        elif not np.isfinite(numbers).all():
+            line = lines[int(np.argmin(np.isfinite(numbers)))]
+            raise InputError(f"{path}:{line}: column {header[k]!r} is not finite")
+        columns.append(numbers)
+    task, encoded = _encode_target([row[t].strip() for row in cells], path)
+    ids = [f"row-{k}" for k in range(len(cells))]
+    return make_table(np.stack(columns, axis=1), encoded, task, names, sizes), ids
+
+
+def _numbers(values: list[str]) -> np.ndarray | None:
+    """The values as float64, or None if any of them is not a number."""
+    try:
+        return np.array([float(v) for v in values], dtype=np.float64)
+    except ValueError:
+        return None
 
 
 def _encode_target(labels: list[str], path: Path) -> tuple[str, np.ndarray]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workers.errors import InputError
+from workers.models import ft_options
 
 FAMILIES = ("hf", "timm", "ft-transformer")
 MODALITIES = ("image", "text", "tabular")
@@ -35,7 +36,9 @@ class ModelSpec:
     `ft-transformer` the weights come from project training). `config` holds sorted
     (key, value) pairs: architecture overrides, or FT-Transformer hyperparameters; for image
     models `image_size` is the input resolution in pixels. `random_init=True` is a control: the
-    same architecture and preprocessing, weights drawn from `control_seed(seed)`, none loaded.
+    same architecture and preprocessing, no weights loaded; hf/timm draw the weights from
+    `control_seed(seed)`, FT-Transformer uses the initialisation its training starts from
+    (`seed`), never trained.
     """
 
     name: str
@@ -87,14 +90,7 @@ _TINY_HF_TEXT = dict(
 _TINY_TIMM = dict(image_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
 STUDY_IMAGE_SIZE = 224  # input resolution of the study's image presets (option `image_size`)
 
-FT_DEFAULTS: dict[str, Any] = {
-    "n_blocks": 3,
-    "max_epochs": 200,
-    "patience": 16,
-    "batch_size": 64,
-    "val_fraction": 0.2,
-    "test_fraction": 0.2,
-}
+FT_DEFAULTS = ft_options.DEFAULTS  # FT-Transformer options and their defaults (ft_options)
 
 PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
@@ -209,19 +205,7 @@ def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
 
 
 def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
-    unknown = sorted(set(options) - set(FT_DEFAULTS))
-    if unknown:
-        raise InputError(
-            f"model {spec.name!r}: unknown option(s) {unknown}; valid: {sorted(FT_DEFAULTS)}"
-        )
-    config = {**FT_DEFAULTS, **spec.options, **options}
-    for key, value in config.items():
-        fraction = key.endswith("_fraction")
-        valid = 0 < value < 0.5 if fraction else isinstance(value, int) and value >= 1
-        if not valid or (key == "n_blocks" and value > 6):
-            rule = "in (0, 0.5)" if fraction else "an integer >= 1"
-            rule += " and <= 6" if key == "n_blocks" else ""
-            raise InputError(f"model {spec.name!r}: option {key}={value!r} must be {rule}")
+    config = ft_options.check(spec.name, {**spec.options, **options})
     return replace(spec, config=_cfg(**config), seed=seed)
 
 

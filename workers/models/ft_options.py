@@ -1,0 +1,89 @@
+"""FT-Transformer options: their defaults, their rules, and the layers a spec measures.
+
+Pure (no torch): the registry validates options at resolve time with `check`, and the driver
+sizes an FT model's store from its spec with `measured_layers`, without building it.
+
+Options (a `ModelSpec`'s `config`):
+    n_blocks      1..6; the library's default architecture for that depth
+    d_block       null (the library's width for `n_blocks`) or a multiple of 8 (8 heads)
+    max_epochs    cap on training epochs; set it so that `patience`, not the cap, ends training
+    patience      epochs without a lower validation loss before training stops (16: the paper)
+    batch_size    training rows per AdamW step
+    val_fraction, test_fraction   shares of the table's rows held out, each in (0, 0.5)
+    split         test: measure attention on the held-out test rows; all: on every row
+    last_block    skip: measure the blocks that compute every query row (n_blocks - 1 layers);
+                  full: also the last block, whose non-CLS rows are recomputed (the library
+                  computes only the CLS row there). See docs/ft-transformer.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workers.errors import InputError
+
+HEADS = 8  # attention_n_heads of the library's default configurations
+SPLITS = ("test", "all")
+LAST_BLOCKS = ("skip", "full")
+MEASUREMENT_ONLY = ("split", "last_block")  # options that change what is measured, not training
+
+DEFAULTS: dict[str, Any] = {
+    "n_blocks": 3,
+    "d_block": None,
+    "max_epochs": 1000,
+    "patience": 16,
+    "batch_size": 64,
+    "val_fraction": 0.2,
+    "test_fraction": 0.2,
+    "split": "test",
+    "last_block": "skip",
+}
+
+
+def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
+    """Every option filled in from `DEFAULTS` and checked; InputError names the first bad one.
+
+    `name` is the model's name, for the message.
+    """
+    unknown = sorted(set(options) - set(DEFAULTS))
+    if unknown:
+        raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(DEFAULTS)}")
+    config = {**DEFAULTS, **options}
+    for key, value in config.items():
+        rule = _rule(key, value)
+        if rule:
+            raise InputError(f"model {name!r}: option {key}={value!r} must be {rule}")
+    if config["last_block"] == "skip" and config["n_blocks"] < 2:
+        raise InputError(
+            f"model {name!r}: option last_block='skip' needs n_blocks >= 2 (it would leave no "
+            f"layer to measure); use n_blocks >= 2 or last_block: full"
+        )
+    return config
+
+
+def _rule(key: str, value: Any) -> str | None:
+    """The rule `value` breaks for option `key`, or None when it is valid."""
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    if key.endswith("_fraction"):
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return None if number and 0 < value < 0.5 else "in (0, 0.5)"
+    if key == "split":
+        return None if value in SPLITS else f"one of {list(SPLITS)}"
+    if key == "last_block":
+        return None if value in LAST_BLOCKS else f"one of {list(LAST_BLOCKS)}"
+    if key == "n_blocks":
+        return None if integer and 1 <= value <= 6 else "an integer >= 1 and <= 6"
+    if key == "d_block":
+        valid = value is None or (integer and value >= HEADS and value % HEADS == 0)
+        return None if valid else f"null or a positive multiple of {HEADS} (the heads)"
+    return None if integer and value >= 1 else "an integer >= 1"
+
+
+def measured_layers(options: dict[str, Any]) -> int:
+    """Attention layers an FT spec's extraction yields: n_blocks, less one with last_block skip."""
+    return int(options["n_blocks"]) - (options["last_block"] == "skip")
+
+
+def training_options(options: dict[str, Any]) -> dict[str, Any]:
+    """The options that determine training (all but `MEASUREMENT_ONLY`): a checkpoint's key."""
+    return {k: v for k, v in options.items() if k not in MEASUREMENT_ONLY}
