@@ -179,5 +179,5 @@ def test_the_default_sweep_controls_minilm_and_the_ft_models():
     from sweep.config import default_config_path, load_config
 
     models = load_config(default_config_path()).models
-    for name in ("minilm-l6", "ft-cancer", "ft-wine"):
+    for name in ("minilm-l6", "ft-cancer", "ft-digits"):
         assert models[f"{name}@random-init"].options.get("random_init") is True
