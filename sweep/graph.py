@@ -14,7 +14,7 @@ from distributed import Client, Future, as_completed
 from tqdm import tqdm
 
 from sweep.plan import SweepPlan, Task
-from sweep.runner import error_line
+from sweep.runner import failure_text
 from workers.tasks import run_task
 
 
@@ -53,7 +53,8 @@ class DaskExecutor:
                   disable=not progress) as bar:
             for future in as_completed(futures.values()):
                 if future.status == "error":
-                    errors[future.key] = future.exception()
+                    error = future.exception()
+                    errors[future.key] = error.with_traceback(future.traceback())
                 else:
                     outcomes[future.key] = None
                 bar.update()
@@ -65,6 +66,6 @@ class DaskExecutor:
             if dependency in errors:
                 blocked.append(task.key)  # its extraction failed: the test never ran
             else:
-                outcomes[task.key] = error_line(errors[task.key])
+                outcomes[task.key] = failure_text(errors[task.key])
         self.client.cancel(list(futures.values()))
         return outcomes, blocked

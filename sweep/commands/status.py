@@ -31,5 +31,6 @@ def status(args: argparse.Namespace) -> int:
                   f"{s.total:>6}")
         for s in stages:
             for name, error in sorted(s.failed.items()):
-                print(f"failed {s.scope} {name}: {error}")
+                last = error.strip().splitlines()[-1] if error.strip() else "(no error recorded)"
+                print(f"failed {s.scope} {name}: {last}")
     return 0 if all(s.done == s.total for s in stages) else 1
