@@ -26,6 +26,7 @@ from storage.store import (
 )
 from sweep.config import SweepConfig
 from sweep.faults import TASK_FAILURE
+from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
 from sweep.interrupts import Interrupted
 from sweep.plan import ExtractTask, ModelFacts, SweepPlan, Task, TestTask, build_plan
 from sweep.preflight import check_before_lock, check_plan_fits_store
@@ -69,7 +70,7 @@ def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> Model
 def materialise(config: SweepConfig) -> SweepPlan:
     """Plan the sweep and create (or extend, or check) its store. Call with the lock held."""
     facts = {name: gather_facts(config, name) for name in config.models}
-    plan = build_plan(config, facts)
+    plan = with_digests(build_plan(config, facts), plan_digests(config, list(facts)))
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
         planned["baseline"] = plan.baseline.fingerprint_inputs()
@@ -94,7 +95,11 @@ def materialise(config: SweepConfig) -> SweepPlan:
 
 def pending_tasks(plan: SweepPlan) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
-    its test (its done marker is cleared: the data it vouched for is about to be rewritten)."""
+    its test (its done marker is cleared: the data it vouched for is about to be rewritten).
+    Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun."""
+    for task in [*stale_extractions(plan), *damaged_tasks(plan)]:
+        markers.clear(task.store, task.scope, task.marker)
+
     def done(task: Task) -> bool:
         return markers.is_done(task.store, task.scope, task.marker)
 
