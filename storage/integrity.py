@@ -10,6 +10,7 @@ existence and size only (a stat per chunk, no read): what `sweep report` checks 
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -62,3 +63,25 @@ def damaged_chunks(store: str | Path, vouched: Mapping[str, list | None], *,
 def variable_of(chunk: str) -> str:
     """`vit/results/kappa` for `vit/results/kappa/c/0/0/0`."""
     return chunk.split("/c/")[0]
+
+
+def scan_store(store: str | Path, *, quick: bool = False) -> dict[str, list[str]]:
+    """Every done marker of the store whose chunks no longer match: marker path -> files."""
+    root = Path(store) / ".sweep" / "markers"
+    out = {}
+    for marker in sorted(root.rglob("*.done")):
+        try:
+            vouched = json.loads(marker.read_text()).get("chunks")
+        except (ValueError, AttributeError):
+            vouched = None  # `done` markers from before checksums vouch for nothing to check
+        bad = damaged_chunks(store, vouched, quick=quick) if isinstance(vouched, dict) else []
+        if bad:
+            out[str(marker.relative_to(root))] = bad
+    return out
+
+
+def damage_message(store: str | Path, damaged: dict[str, list[str]]) -> str:
+    """One line naming the damaged variables and the fix."""
+    variables = sorted({variable_of(f) for files in damaged.values() for f in files})
+    return (f"store {store}: damaged chunks in {', '.join(variables)} ({len(damaged)} task(s)); "
+            f"rerun `sweep run` with its config to recompute them")

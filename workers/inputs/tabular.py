@@ -102,6 +102,15 @@ def _fetched(name: str) -> Table:
 
 
 def _csv(path: Path, target: str) -> tuple[Table, list[str]]:
+    try:
+        return _read_csv(path, target)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 (byte {error.start} of a chunk: "
+                         f"{error.object[error.start:error.start + 1]!r}); save it as UTF-8"
+                         ) from None
+
+
+def _read_csv(path: Path, target: str) -> tuple[Table, list[str]]:
     if not path.is_file():
         raise InputError(f"CSV file {str(path)!r}: not found")
     with path.open(newline="", encoding="utf-8") as handle:

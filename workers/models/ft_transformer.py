@@ -25,7 +25,7 @@ import torch
 from rtdl_revisiting_models import FTTransformer, MultiheadAttention
 from safetensors.torch import load_file, save_file
 
-from workers.errors import ExtractionError, InputError
+from workers.errors import ExtractionError, InputError, StoreDamagedError
 from workers.extraction import Batch, Extractor, Sink
 from workers.inputs import Dataset, Table
 from workers.models import ModelSpec
@@ -124,12 +124,25 @@ def train(spec: ModelSpec, table: Table) -> tuple[dict[str, torch.Tensor], dict[
     return {**best_state, **stats}, metrics
 
 
+def check_checkpoint(path: Path) -> None:
+    """StoreDamagedError naming a cached checkpoint (or its metrics JSON) that does not load."""
+    try:
+        load_file(str(path))
+        json.loads(path.with_suffix(".json").read_text())["d_out"]
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+        raise StoreDamagedError(
+            f"cached checkpoint {path} is truncated or corrupt ({type(error).__name__}); "
+            f"delete it and {path.with_suffix('.json').name} to train it again"
+        ) from None
+
+
 def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None, cache_dir: Path) -> Path:
     """The checkpoint for (spec, dataset's table), training and saving it first if absent."""
     if dataset is None or dataset.table is None:
         raise InputError(f"model {spec.name!r} needs a tabular dataset (it is trained on it)")
     path = checkpoint_path(spec, dataset.table, cache_dir)
     if path.is_file():
+        check_checkpoint(path)
         return path
     state, metrics = train(spec, dataset.table)
     path.parent.mkdir(parents=True, exist_ok=True)
