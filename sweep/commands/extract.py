@@ -43,10 +43,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    out = npz_path(args.out)  # numpy.savez appends .npz: report the path really written
-    if out.is_dir():
-        raise InputError(f"--out {args.out}: {out} is a folder; give a file path ending .npz")
-    check_writable_folder(out.parent, "--out folder")
+    target = npz_path(args.out)  # numpy.savez appends .npz: report the path really written
+    if target.is_dir():
+        raise InputError(f"--out {args.out}: {target} is a folder; give a file path ending .npz")
+    check_writable_folder(target.parent, "--out folder")
     kind = args.kind or infer_kind(args.inputs)
     if kind is None:
         raise InputError(f"cannot tell the kind of inputs {args.inputs!r}: pass --kind {KINDS}")
@@ -73,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
             arrays[f"attention_{k}"] = out.attention
             arrays[f"token_kind_{k}"] = out.token_kind
     seconds = time.perf_counter() - start
-    out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, **arrays)
-    print(f"{out}: {len(dataset)} inputs, {extractor.n_layers} layers, {seconds:.1f} s",
+    target.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(target, **arrays)
+    print(f"{target}: {len(dataset)} inputs, {extractor.n_layers} layers, {seconds:.1f} s",
           file=sys.stderr)
     return 0
