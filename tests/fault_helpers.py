@@ -54,3 +54,12 @@ def one_stderr_line(err: str) -> str:
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     return lines[0]
+
+
+def store_arrays(store: Path) -> dict:
+    """Every array of every group of the store, by path (numpy values)."""
+    import zarr
+
+    root = zarr.open_group(str(store), mode="r")
+    return {path: array[:] for path, array in root.members(max_depth=None)
+            if isinstance(array, zarr.Array)}
