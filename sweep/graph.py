@@ -8,6 +8,7 @@ task specs; workers load models once through `workers.tasks`' per-process cache.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from distributed import Client, Future, as_completed
@@ -47,6 +48,15 @@ class DaskExecutor:
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
         futures = submit_tasks(self.client, plan, tasks, retries)
+        try:
+            return self._collect(plan, tasks, futures, progress)
+        except KeyboardInterrupt:
+            # Ctrl-C: cancelled tasks would log a warning each while the cluster closes
+            logging.getLogger("distributed").setLevel(logging.ERROR)
+            raise
+
+    def _collect(self, plan: SweepPlan, tasks: list[Task], futures: dict[str, Future],
+                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
         outcomes: dict[str, str | None] = {}
         errors: dict[str, BaseException] = {}
         with tqdm(total=len(futures), desc="sweep", unit="task", file=sys.stderr,
