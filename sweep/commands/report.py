@@ -36,6 +36,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def check_readable(store: Path) -> None:
     """StoreDamagedError if the store is half-created or a done task's chunk files are missing
     or resized (a stat per chunk; `sweep status --verify` also re-hashes them)."""
+    if not (store / "zarr.json").is_file():
+        return  # not a store at all: `open_results` says so
     if "config" not in open_root(store).attrs:
         raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
                                 f"rerun `sweep run` with its config to finish it")
