@@ -14,7 +14,7 @@ import importlib
 import sys
 
 from sweep.faults import classify
-from sweep.interrupts import restore_sigint
+from sweep.interrupts import remember_sigint, restore_sigint
 
 # Command name -> one-line summary. Only the chosen command's module is imported (they pull in
 # torch, numba, dask...), so `sweep --help` and every command start fast.
@@ -57,8 +57,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     chosen = next((word for word in words if not word.startswith("-")), None)
-    args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
-    restore_sigint()  # importing dask_jobqueue replaced it with a silent exit(0)
+    remember_sigint()
+    try:
+        args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"sweep {chosen or ''}: interrupted: while starting, nothing done".replace(
+            "sweep :", "sweep:"), file=sys.stderr)
+        return 130
+    restore_sigint()  # in case an import replaced it (dask_jobqueue: a silent exit(0))
     try:
         return int(args.func(args) or 0)
     except BaseException as error:  # noqa: BLE001 - every fault gets one line, by cause

@@ -84,6 +84,26 @@ def test_ctrl_c_during_run_exits_130_with_a_summary_and_the_lock_released(tmp_pa
         pass
 
 
+def test_ctrl_c_during_plan_exits_130(tmp_path):
+    path = write_text_sweep(tmp_path, lines=LINES * 40_000)  # sizing 200,000 lines takes a while
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweep", "plan", str(path)], cwd=tmp_path,
+        env={**env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        for line in driver.stdout:  # the resolved config comes first, then the sizing
+            if line.startswith("baseline:"):
+                break
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-2000:]
+    assert one_stderr_line(err) == "sweep plan: interrupted: stopped by Ctrl-C"
+    assert "total:" not in out
+
+
 def test_edited_inputs_recompute_exactly_their_shards_and_match_a_fresh_run(
         tmp_path, reference, monkeypatch, capsys):
     path = write_text_sweep(tmp_path, lines=EDITED)
