@@ -18,6 +18,16 @@ from sweep.plan import SweepPlan, Task
 from sweep.runner import failure_text
 from workers.tasks import run_task
 
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def quiet_shutdown() -> None:
+    """Silence distributed's loggers: after Ctrl-C, the cluster's closing logs cancelled tasks
+    and broken heartbeats (with tracebacks) that are no fault; the summary line says it all."""
+    names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in QUIET_LOGGERS]
+    for name in [*QUIET_LOGGERS, *names]:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
 
 def _run(task: Task, *after: object) -> int:
     """Worker side: run the task (`after` are the results it waited for, unused)."""
@@ -51,8 +61,7 @@ class DaskExecutor:
         try:
             return self._collect(plan, tasks, futures, progress)
         except KeyboardInterrupt:
-            # Ctrl-C: cancelled tasks would log a warning each while the cluster closes
-            logging.getLogger("distributed").setLevel(logging.ERROR)
+            quiet_shutdown()
             raise
 
     def _collect(self, plan: SweepPlan, tasks: list[Task], futures: dict[str, Future],

@@ -85,11 +85,14 @@ def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
             "chunk_trials": b.chunk_trials, "tol": config.tol}
 
 
-def _finished_groups(store: Path) -> dict[str, dict[str, Any]]:
-    """Fingerprint inputs of every finished group (model or baseline) of an existing store."""
+def _finished_groups(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Fingerprint inputs of the finished groups among `names` and the store's recorded models
+    (looked up by name: listing the root would warn about `.sweep`)."""
     root = zarr.open_group(str(store), mode="r", zarr_format=3)
     out = {}
-    for name in root.group_keys():
+    for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
+        if name not in root:
+            continue
         attrs = root[name].attrs
         if "fingerprint" in attrs:
             out[name] = {"fingerprint": attrs["fingerprint"],
@@ -113,7 +116,7 @@ def check_before_lock(config: SweepConfig) -> None:
     check_models(config)
     if not check_store_path(config.store):
         return
-    groups = _finished_groups(config.store)
+    groups = _finished_groups(config.store, list(config.models))
     problems = []
     for name in config.models:
         if name in groups:
@@ -134,7 +137,7 @@ def check_plan_fits_store(store: Path, plan_inputs: dict[str, dict[str, Any]]) -
     before any group is created or extended."""
     if not (store / "zarr.json").exists():
         return
-    groups = _finished_groups(store)
+    groups = _finished_groups(store, list(plan_inputs))
     problems = []
     for name, inputs in plan_inputs.items():
         if name in groups and groups[name]["fingerprint"] != fingerprint(inputs):
