@@ -58,8 +58,12 @@ def one_stderr_line(err: str) -> str:
 
 def store_arrays(store: Path) -> dict:
     """Every array of every group of the store, by path (numpy values)."""
+    import warnings
+
     import zarr
 
     root = zarr.open_group(str(store), mode="r")
-    return {path: array[:] for path, array in root.members(max_depth=None)
-            if isinstance(array, zarr.Array)}
+    with warnings.catch_warnings():  # listing the root meets the bookkeeping folder `.sweep`
+        warnings.filterwarnings("ignore", message=".*not recognized as a component")
+        return {path: array[:] for path, array in root.members(max_depth=None)
+                if isinstance(array, zarr.Array)}

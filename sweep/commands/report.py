@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 from storage.integrity import damage_message, scan_store
@@ -56,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
     if args.plots is not None:
         check_writable_folder(args.plots, "--plots")
     try:
-        tree = open_results(store)
-        report = build_report(tree, store=str(args.store), tol=args.tol)
-        text = RENDERERS[args.format](report)
-        written = write_plots(tree, report, args.plots) if args.plots is not None else []
+        with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
+            warnings.filterwarnings("ignore", message=".*not recognized as a component")
+            tree = open_results(store)
+            report = build_report(tree, store=str(args.store), tol=args.tol)
+            text = RENDERERS[args.format](report)
+            written = write_plots(tree, report, args.plots) if args.plots is not None else []
     except (InputError, OSError, KeyboardInterrupt):
         raise
     except Exception:  # a chunk that does not decode: name it if the checksums do
