@@ -9,6 +9,7 @@ One Zarr v3 store per sweep (a directory). Layout::
     /<model>/input_id         (input,)                     str   stable input ids
     /<model>/n_tokens         (input,)                     int32 real tokens of each input
     /<model>/token_kind       (input, token)               int8  TokenKind, PAD beyond n_tokens
+    /<model>/input_digest     (input,)                     str   content digest of each input
     /<model>/attention        (input, layer, query, key)   float32, zero beyond n_tokens
     /<model>/results/<var>    see RESULT_VARS               one value per (input, layer, token_set)
     /<model>/nulls/holding    (null, token_set, chunk)     int64 size-matched null: holding
@@ -66,6 +67,9 @@ MODEL_VARS: dict[str, Var] = {
     "input_id": Var(("input",), "str", "", "stable id of the input within its dataset"),
     "n_tokens": Var(("input",), "int32", 0, "real tokens of the input (all token set)"),
     "token_kind": Var(("input", "token"), "int8", -1, "workers.token_kinds.TokenKind per token"),
+    "input_digest": Var(
+        ("input",), "str", "", "sha256 of what the extraction read (workers.digests; '' before)"
+    ),
     "attention": Var(
         ("input", "layer", "query", "key"), "float32", 0.0,
         "head-averaged attention probabilities, rows over the input's real tokens",

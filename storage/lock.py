@@ -1,14 +1,18 @@
 """An exclusive lock on a store, so two `sweep run`s never drive the same store at once.
 
 `fcntl.flock` on a file inside the store: the kernel releases it when the holder exits, even on
-SIGKILL, so a killed driver never leaves a stale lock behind.
+SIGKILL, so a killed driver never leaves a stale lock behind. A store this lock's holder created
+and failed to finish (a full disk, Ctrl-C while planning) is removed on exit: the folder is as
+it was before the run.
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
+import shutil
 from pathlib import Path
 from types import TracebackType
 
@@ -57,8 +61,18 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-            if self._created and not (self.store / "zarr.json").exists():
+            if self._created and exc_type is not None and not self._finished():
+                shutil.rmtree(self.store, ignore_errors=True)  # created now, never finished
+            elif self._created and not (self.store / "zarr.json").exists():
                 self._remove_empty_store()
+
+    def _finished(self) -> bool:
+        """Whether the store's creation finished (the driver writes root `config` last)."""
+        try:
+            meta = json.loads((self.store / "zarr.json").read_text())
+            return "config" in meta.get("attributes", {})
+        except (OSError, ValueError, AttributeError):
+            return False
 
     def _remove_empty_store(self) -> None:
         """A run that failed before creating the store leaves no folder behind (only empty

@@ -1,12 +1,15 @@
 """Completion markers: one small file per (model or baseline, stage, index), written after data.
 
 `<store>/.sweep/markers/<scope>/<stage>-<index>.done` vouches that the task's data is fully
-written; `.failed` holds the error of a task that kept failing. Both are written atomically
-(temporary file, fsync, rename), so a marker is either absent or complete.
+written: it holds JSON `{"chunks": {path: [size, sha256] or null}}`, the chunk files the task
+wrote (see `storage.integrity`; a marker from before checksums holds `done`). `.failed` holds the
+error of a task that kept failing: its `Type: message` line first, then the traceback. Both are
+written atomically (temporary file, fsync, rename), so a marker is either absent or complete.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from dataclasses import dataclass
@@ -40,9 +43,12 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
-def mark_done(store: Path, scope: str, name: str) -> None:
-    """Record that the task's data is complete; clears any earlier failure."""
-    _write_atomic(_path(store, scope, name, DONE), "done\n")
+def mark_done(store: Path, scope: str, name: str,
+              chunks: dict[str, list | None] | None = None) -> None:
+    """Record that the task's data is complete, with the checksums of the chunk files it wrote
+    (`storage.integrity.checksums`); clears any earlier failure."""
+    text = "done\n" if chunks is None else json.dumps({"chunks": chunks}, sort_keys=True) + "\n"
+    _write_atomic(_path(store, scope, name, DONE), text)
     _path(store, scope, name, FAILED).unlink(missing_ok=True)
 
 
@@ -54,6 +60,21 @@ def mark_failed(store: Path, scope: str, name: str, error: str) -> None:
 def clear(store: Path, scope: str, name: str) -> None:
     """Forget a task's completion (its data is about to be rewritten)."""
     _path(store, scope, name, DONE).unlink(missing_ok=True)
+
+
+def vouched_chunks(store: Path, scope: str, name: str) -> dict[str, list | None] | None:
+    """The chunk checksums a done marker holds; None if there is no marker or it holds none
+    (an unreadable marker vouches for nothing: {"(marker)": None} fails every check)."""
+    try:
+        text = _path(store, scope, name, DONE).read_text()
+    except FileNotFoundError:
+        return None
+    if text.strip() == "done":
+        return None
+    try:
+        return dict(json.loads(text)["chunks"])
+    except (ValueError, KeyError, TypeError):
+        return {str(_path(store, scope, name, DONE).relative_to(store)): [-1, "unreadable"]}
 
 
 def is_done(store: Path, scope: str, name: str) -> bool:

@@ -39,7 +39,7 @@ from storage.layout import (
     RESULTS_GROUP,
     Var,
 )
-from workers.errors import InputError
+from workers.errors import InputError, StoreDamagedError
 
 VERSIONED = (
     "dobrushin-sweep", "numpy", "zarr", "torch", "transformers", "timm",
@@ -68,6 +68,11 @@ def open_root(store: str | Path, mode: str = "r") -> zarr.Group:
         root = zarr.open_group(str(store), mode=mode, zarr_format=3)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):
         raise InputError(f"{store}: not a sweep store (no Zarr group there)") from None
+    except (ValueError, TypeError, KeyError) as error:  # JSON or metadata that does not parse
+        raise StoreDamagedError(
+            f"{store}: its root metadata {Path(store) / 'zarr.json'} is corrupt "
+            f"({type(error).__name__}); restore it from a backup, or use a new store"
+        ) from None
     if mode in ("r", "r+") and root.attrs.get("format") != FORMAT:
         raise InputError(f"{store}: not a sweep store (root attribute format is not {FORMAT})")
     return root
@@ -134,6 +139,7 @@ def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_lay
         "input_id": ((n,), (shard_size,)),
         "n_tokens": ((n,), (shard_size,)),
         "token_kind": ((n, t_max), (shard_size, t_max)),
+        "input_digest": ((n,), (shard_size,)),
         "attention": ((n, n_layers, t_max, t_max), (1, n_layers, t_max, t_max)),
     }
     for var_name, (shape, chunks) in shapes.items():
@@ -254,6 +260,13 @@ def write_tokens(group: zarr.Group, start: int, n_tokens: np.ndarray,
     _shard_bounds(group, start, stop)
     group["n_tokens"][start:stop] = n_tokens
     group["token_kind"][start:stop] = token_kind
+
+
+def write_input_digest(group: zarr.Group, start: int, digests: Sequence[str]) -> None:
+    """Write one whole shard's input digests (what its extraction read)."""
+    stop = start + len(digests)
+    _shard_bounds(group, start, stop)
+    group["input_digest"][start:stop] = np.asarray(digests, dtype=str)
 
 
 def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> None:

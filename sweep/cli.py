@@ -2,9 +2,9 @@
 
 Each command module exposes `register(subparsers)`, which adds its parser (its one-line summary
 comes from `COMMANDS`) and sets `func` to a callable taking the parsed arguments and returning
-an exit code. Bad input surfaces as a `workers.errors.InputError` (or a missing file): one line
-on stderr, exit code 2; a model that cannot deliver its attention (`ExtractionError`): one line,
-exit code 1.
+an exit code. Every fault is one line on stderr with an exit code by cause (`sweep.faults`):
+1 a model that cannot deliver its attention, 2 bad input, 3 the environment (read-only or full
+disk, a missing device), 4 a damaged store, 130 Ctrl-C. docs/faults.md lists them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ import argparse
 import importlib
 import sys
 
-from workers.errors import ExtractionError, InputError
+from sweep.faults import classify
+from sweep.interrupts import remember_sigint, restore_sigint
 
 # Command name -> one-line summary. Only the chosen command's module is imported (they pull in
 # torch, numba, dask...), so `sweep --help` and every command start fast.
@@ -56,17 +57,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     words = sys.argv[1:] if argv is None else argv
     chosen = next((word for word in words if not word.startswith("-")), None)
-    args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
+    remember_sigint()
+    try:
+        args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
+    except KeyboardInterrupt:
+        print(f"sweep {chosen or ''}: interrupted: while starting, nothing done".replace(
+            "sweep :", "sweep:"), file=sys.stderr)
+        return 130
+    restore_sigint()  # in case an import replaced it (dask_jobqueue: a silent exit(0))
     try:
         return int(args.func(args) or 0)
-    except (InputError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
-        message = " ".join(str(error).split())
-        print(f"sweep {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    except ExtractionError as error:
-        message = " ".join(str(error).split())
-        print(f"sweep {args.command}: extraction failed: {message}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        print(f"sweep {args.command}: interrupted", file=sys.stderr)
-        return 130
+    except BaseException as error:  # noqa: BLE001 - every fault gets one line, by cause
+        fault = classify(error)
+        if fault is None:
+            raise
+        code, label, message = fault
+        print(f"sweep {args.command}: {label}: {message}", file=sys.stderr)
+        return code

@@ -1,7 +1,8 @@
 """The sweep config: YAML parsed once, at the edge, into frozen pydantic models.
 
-`load_config(path)` reads the file with `yaml.safe_load`, resolves relative paths against the
-file's folder and raises a one-line `InputError` naming the key path of the first problem, e.g.
+`load_config(path)` reads the file with `sweep.yaml_io` (UTF-8 checked, duplicate keys
+refused), resolves relative paths against the file's folder and raises a one-line
+`InputError` naming the key path of the first problem, e.g.
 ``sweep.yaml: models.minilm.dataset: unknown dataset 'sentence'; defined: cancer, sentences``.
 """
 
@@ -26,6 +27,7 @@ from pydantic import (
 
 from storage.layout import BOOKKEEPING_DIR
 from sweep.controls import expand_controls
+from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.errors import InputError
@@ -277,11 +279,11 @@ def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:
     """
     path = Path(path)
     try:
-        text = path.read_text()
+        text = read_text(path)
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
     try:
-        data = yaml.safe_load(text)
+        data = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -8,14 +8,25 @@ task specs; workers load models once through `workers.tasks`' per-process cache.
 
 from __future__ import annotations
 
+import logging
 import sys
 
 from distributed import Client, Future, as_completed
 from tqdm import tqdm
 
 from sweep.plan import SweepPlan, Task
-from sweep.runner import error_line
+from sweep.runner import failure_text
 from workers.tasks import run_task
+
+QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+
+
+def quiet_shutdown() -> None:
+    """Silence distributed's loggers: after Ctrl-C, the cluster's closing logs cancelled tasks
+    and broken heartbeats (with tracebacks) that are no fault; the summary line says it all."""
+    names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in QUIET_LOGGERS]
+    for name in [*QUIET_LOGGERS, *names]:
+        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
 
 
 def _run(task: Task, *after: object) -> int:
@@ -46,13 +57,22 @@ class DaskExecutor:
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
         futures = submit_tasks(self.client, plan, tasks, retries)
+        try:
+            return self._collect(plan, tasks, futures, progress)
+        except KeyboardInterrupt:
+            quiet_shutdown()
+            raise
+
+    def _collect(self, plan: SweepPlan, tasks: list[Task], futures: dict[str, Future],
+                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
         outcomes: dict[str, str | None] = {}
         errors: dict[str, BaseException] = {}
         with tqdm(total=len(futures), desc="sweep", unit="task", file=sys.stderr,
                   disable=not progress) as bar:
             for future in as_completed(futures.values()):
                 if future.status == "error":
-                    errors[future.key] = future.exception()
+                    error = future.exception()
+                    errors[future.key] = error.with_traceback(future.traceback())
                 else:
                     outcomes[future.key] = None
                 bar.update()
@@ -63,6 +83,6 @@ class DaskExecutor:
             if any(key in errors for key in plan.depends_on(task)):
                 blocked.append(task.key)  # what it waits for failed: it never ran
             else:
-                outcomes[task.key] = error_line(errors[task.key])
+                outcomes[task.key] = failure_text(errors[task.key])
         self.client.cancel(list(futures.values()))
         return outcomes, blocked

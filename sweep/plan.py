@@ -194,6 +194,7 @@ class ExtractTask(ShardTask):
     device: str
     dtype: str
     cache_dir: str
+    digests: tuple[str, ...] = ()  # workers.digests of the shard's inputs, as the driver saw them
 
     stage = "extract"
     resources = {"GPU": 1}

@@ -9,6 +9,7 @@ a list of tasks: `InProcessExecutor` here (plain Python, for tests and debugging
 from __future__ import annotations
 
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -25,7 +26,11 @@ from storage.store import (
     write_root_attrs,
 )
 from sweep.config import SweepConfig
+from sweep.faults import TASK_FAILURE
+from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
+from sweep.interrupts import Interrupted
 from sweep.plan import ExtractTask, ModelFacts, SweepPlan, Task, TestTask, build_plan
+from sweep.preflight import check_before_lock, check_plan_fits_store
 from workers.extraction import load_extractor, model_dataset, prepare_model
 from workers.inputs import open_dataset
 from workers.models import resolve_model
@@ -67,7 +72,11 @@ def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> Model
 def materialise(config: SweepConfig) -> SweepPlan:
     """Plan the sweep and create (or extend, or check) its store. Call with the lock held."""
     facts = {name: gather_facts(config, name) for name in config.models}
-    plan = build_plan(config, facts)
+    plan = with_digests(build_plan(config, facts), plan_digests(config, list(facts)))
+    planned = {model.name: model.fingerprint_inputs() for model in plan.models}
+    if plan.baseline is not None:
+        planned["baseline"] = plan.baseline.fingerprint_inputs()
+    check_plan_fits_store(config.store, planned)  # all groups, before any is created
     root = create_root(config.store)
     for model in plan.models:
         ensure_model(
@@ -95,7 +104,11 @@ def materialise(config: SweepConfig) -> SweepPlan:
 
 def pending_tasks(plan: SweepPlan) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
-    its test (its done marker is cleared: the data it vouched for is about to be rewritten)."""
+    its test (its done marker is cleared: the data it vouched for is about to be rewritten).
+    Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun."""
+    for task in [*stale_extractions(plan), *damaged_tasks(plan)]:
+        markers.clear(task.store, task.scope, task.marker)
+
     def done(task: Task) -> bool:
         return markers.is_done(task.store, task.scope, task.marker)
 
@@ -114,6 +127,12 @@ def error_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {' '.join(str(error).split())}"
 
 
+def failure_text(error: BaseException) -> str:
+    """What a failed marker holds: `error_line(error)` first, then the full traceback."""
+    trace = "".join(traceback.format_exception(error)).rstrip()
+    return f"{error_line(error)}\n{trace}"
+
+
 @dataclass
 class RunSummary:
     """What one run did: tasks completed, skipped as already done, failed (with errors), blocked."""
@@ -128,10 +147,11 @@ class RunSummary:
         return 1 if self.failed or self.blocked else 0
 
     def lines(self) -> list[str]:
-        """A human summary, one line per failure."""
+        """A human summary, one line per failure (its `Type: message` line)."""
         out = [f"{len(self.completed)} tasks completed, {len(self.skipped)} already done, "
                f"{len(self.failed)} failed, {len(self.blocked)} blocked by a failure"]
-        out += [f"  failed {key}: {error}" for key, error in sorted(self.failed.items())]
+        out += [f"  failed {key}: {error.splitlines()[0] if error else ''}"
+                for key, error in sorted(self.failed.items())]
         return out
 
 
@@ -143,7 +163,15 @@ class Executor(Protocol):
 
 
 class InProcessExecutor:
-    """Plain Python: tasks in plan order in this process, each retried `retries` times."""
+    """Plain Python: tasks in plan order in this process, each retried `retries` times.
+
+    With `reraise`, the first task that keeps failing stops the run: `execute_plan` records its
+    failed marker, then re-raises the task's own exception (with its traceback) for debugging.
+    """
+
+    def __init__(self, *, reraise: bool = False) -> None:
+        self.reraise = reraise
+        self.raised: tuple[str, BaseException] | None = None
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
@@ -155,15 +183,20 @@ class InProcessExecutor:
                 blocked.append(task.key)
                 stopped.add(task.key)
                 continue
-            outcomes[task.key] = self._attempt(task, retries)
-            if outcomes[task.key] is not None:
+            error = self._attempt(task, retries)
+            outcomes[task.key] = None if error is None else failure_text(error)
+            if error is not None:
                 stopped.add(task.key)
             if progress:
-                print(f"{task.key}: {outcomes[task.key] or 'done'}", file=sys.stderr)
+                print(f"{task.key}: {'done' if error is None else error_line(error)}",
+                      file=sys.stderr)
+            if error is not None and self.reraise:
+                self.raised = (task.key, error)
+                break
         return outcomes, blocked
 
     @staticmethod
-    def _attempt(task: Task, retries: int) -> str | None:
+    def _attempt(task: Task, retries: int) -> Exception | None:
         """None if the task succeeded within 1 + retries tries, else the last error."""
         error: Exception | None = None
         for _ in range(retries + 1):
@@ -172,15 +205,29 @@ class InProcessExecutor:
                 return None
             except Exception as caught:  # noqa: BLE001 - a failed task is recorded, not fatal
                 error = caught
-        return error_line(error)
+        return error
 
 
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) -> RunSummary:
-    """Run every pending task of `plan`; failed markers for tasks that kept failing."""
+    """Run every pending task of `plan`; failed markers for tasks that kept failing.
+
+    Ctrl-C raises `Interrupted` with a one-line count of the done tasks; an executor with
+    `raised` set (`InProcessExecutor(reraise=True)`) has its task's exception re-raised after
+    the failed marker is written.
+    """
     pending = pending_tasks(plan)
     keys = {t.key for t in pending}
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
-    outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries, progress)
+    try:
+        outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries,
+                                                     progress)
+    except KeyboardInterrupt:
+        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in plan.tasks)
+        raise Interrupted(
+            f"{done} of {len(plan.tasks)} tasks done ({done - len(summary.skipped)} in this run), "
+            f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to "
+            f"resume"
+        ) from None
     by_key = {t.key: t for t in pending}
     for key, error in outcomes.items():
         if error is None:
@@ -188,13 +235,20 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) 
         else:
             summary.failed[key] = error
             task = by_key[key]
-            markers.mark_failed(task.store, task.scope, task.marker, f"{key}: {error}")
+            markers.mark_failed(task.store, task.scope, task.marker, error)
+    raised = getattr(executor, "raised", None)
+    if raised is not None:
+        key, error = raised
+        setattr(error, TASK_FAILURE, key)
+        raise error
     return summary
 
 
 @contextmanager
 def locked(config: SweepConfig) -> Iterator[None]:
-    """Hold the store's exclusive lock (a second `sweep run` on it is refused)."""
+    """Hold the store's exclusive lock (a second `sweep run` on it is refused), after the
+    refusals the config alone decides (`sweep.preflight`): a refused run writes nothing."""
+    check_before_lock(config)
     with StoreLock(config.store):
         yield
 

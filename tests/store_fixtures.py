@@ -121,6 +121,7 @@ def _write_model(group: zarr.Group, model: FixtureModel) -> None:
         "input_id": np.array([f"img-{i:03d}" for i in range(n_inputs)]),
         "n_tokens": n_tokens,
         "token_kind": kinds,
+        "input_digest": np.array([f"{i:064x}" for i in range(n_inputs)]),
         "attention": attention.astype(np.float32),  # (input, layer, query, key)
     }
     for var, spec in MODEL_VARS.items():

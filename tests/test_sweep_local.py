@@ -179,7 +179,9 @@ def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monke
             Client(cluster) as client:
         summary = run_sweep(config, DaskExecutor(client), progress=False)
         assert attempts == ["test-vit-00001"] * 3  # the first try and retries: 2
-        assert summary.failed == {"test-vit-00001": "RuntimeError: injected failure"}
+        assert sorted(summary.failed) == ["test-vit-00001"]
+        text = summary.failed["test-vit-00001"].splitlines()
+        assert text[0] == "RuntimeError: injected failure" and text[1].startswith("Traceback")
         assert summary.exit_code == 1 and "extract-vit-00001" in summary.completed
         state = markers.read_state(config.store, "vit", "test-00001")
         assert state.state == "failed" and "injected failure" in state.error
@@ -267,8 +269,13 @@ def test_status_lists_a_failed_task_with_its_error(tmp_path, capsys, monkeypatch
         raise ValueError("corrupt input 3")
 
     monkeypatch.setattr(workers.tasks, "run_test", broken)
-    assert main(["run", str(tmp_path / "sweep.yaml"), "--in-process", "--no-progress"]) == 1
+    with pytest.raises(ValueError, match="corrupt input 3") as raised:  # --in-process re-raises
+        main(["run", str(tmp_path / "sweep.yaml"), "--in-process", "--no-progress"])
+    assert raised.traceback[-1].name == "broken"  # the task's own traceback
+    text = markers.read_state(config.store, "vit", "test-00000").error.splitlines()
+    assert text[0] == "ValueError: corrupt input 3" and text[1].startswith("Traceback")
+    assert any("in broken" in line for line in text)
     capsys.readouterr()
     assert main(["status", str(config.store)]) == 1
     out = capsys.readouterr().out
-    assert "failed vit test-00000: test-vit-00000: ValueError: corrupt input 3" in out
+    assert "failed vit test-00000: ValueError: corrupt input 3" in out

@@ -11,3 +11,11 @@ class NotStochasticError(InputError):
 
 class ExtractionError(RuntimeError):
     """A model that cannot deliver one attention matrix per layer, or an empty capture."""
+
+
+class EnvironmentFault(RuntimeError):
+    """The machine, not the input: a missing device, an unusable path. Exit code 3."""
+
+
+class StoreDamagedError(RuntimeError):
+    """A store whose chunks or metadata no longer match what its markers vouch for. Exit 4."""

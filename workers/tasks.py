@@ -12,19 +12,24 @@ from collections import OrderedDict
 from typing import TYPE_CHECKING
 
 import numpy as np
+import zarr
 
 from storage.fingerprint import canonical_json
-from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
+from storage.integrity import checksums, chunk_files
+from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULT_VARS, RESULTS_GROUP, ResultStatus
 from storage.markers import mark_done
 from storage.store import (
     open_model,
+    open_root,
     write_attention,
     write_baseline,
+    write_input_digest,
     write_matched_nulls,
     write_results,
     write_tokens,
 )
 from workers.baseline import holding_in_blocks
+from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor, model_dataset
@@ -68,11 +73,48 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
         return _EXTRACTORS[key]
 
 
+def fresh_digests(task: ExtractTask) -> tuple[Dataset, tuple[str, ...]]:
+    """The task's dataset and its shard's digests, equal to the ones the driver planned with:
+    a cached dataset that predates an edit is reopened once; InputError if the inputs changed
+    after the driver looked (edited during the run)."""
+    whole_table = task.spec.family == "ft-transformer"
+    dataset = model_dataset(task.spec, cached_dataset(task.dataset))
+    digests = input_digests(dataset, range(task.start, task.stop), whole_table=whole_table)
+    if task.digests and digests != task.digests:
+        with _CACHE_LOCK:
+            _DATASETS.pop(canonical_json(task.dataset.to_dict()), None)
+        dataset = model_dataset(task.spec, cached_dataset(task.dataset))
+        digests = input_digests(dataset, range(task.start, task.stop), whole_table=whole_table)
+        if digests != task.digests:
+            first = next(i for i, (a, b) in enumerate(zip(digests, task.digests, strict=True))
+                         if a != b)
+            raise InputError(
+                f"dataset {task.dataset.path or task.dataset.source!r}: input "
+                f"{dataset.ids[task.start + first]!r} changed while the sweep ran; rerun"
+            )
+    return dataset, digests
+
+
+def shard_chunks(group: zarr.Group, names: tuple[str, ...], shard: int, start: int,
+                 stop: int) -> list[str]:
+    """Chunk files of one shard: per-shard chunks of `names`, one attention chunk per input."""
+    files = []
+    for name in names:
+        array = group[name]
+        if name == "attention":
+            coords = [(i,) + (0,) * (array.ndim - 1) for i in range(start, stop)]
+        else:
+            coords = [(shard,) + (0,) * (array.ndim - 1)]
+        files += chunk_files(array, coords)
+    return files
+
+
 def run_extract(task: ExtractTask) -> int:
-    """Extract the shard's inputs, write attention, n_tokens, token kinds, then the marker."""
+    """Extract the shard's inputs, write attention, n_tokens, token kinds and input digests,
+    then the marker (with the checksums of those chunks)."""
     group = open_model(task.store, task.model, mode="r+")
     n_layers, t_max = group.attrs["n_layers"], group.attrs["t_max"]
-    dataset = model_dataset(task.spec, cached_dataset(task.dataset))
+    dataset, digests = fresh_digests(task)
     ids = dataset.ids[task.start:task.stop]
     stored = [str(i) for i in group["input_id"][task.start:task.stop]]
     if stored != list(ids):
@@ -104,7 +146,12 @@ def run_extract(task: ExtractTask) -> int:
             token_kind[row, :tokens] = out.token_kind
         write_attention(group, first, attention)
     write_tokens(group, task.start, n_tokens, token_kind)
-    mark_done(task.store, task.scope, task.marker)
+    names = ("attention", "n_tokens", "token_kind")
+    if "input_digest" in group:
+        write_input_digest(group, task.start, digests)
+        names += ("input_digest",)
+    files = shard_chunks(group, names, task.shard, task.start, task.stop)
+    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
     return n
 
 
@@ -182,7 +229,9 @@ def run_test(task: TestTask) -> int:
     attention = group["attention"][task.start:task.stop]  # (input, layer, query, key)
     write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                     task.token_sets, task.tol, task.rollout))
-    mark_done(task.store, task.scope, task.marker)
+    files = shard_chunks(group[RESULTS_GROUP], tuple(RESULT_VARS), task.shard, task.start,
+                         task.stop)
+    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
     return task.stop - task.start
 
 
@@ -193,7 +242,10 @@ def run_baseline(task: BaselineTask) -> int:
     trials = task.blocks.trial_count
     write_baseline(task.store, task.size_index, task.chunk, holding, trials, disagreements,
                    task.null_index)
-    mark_done(task.store, task.scope, task.marker)
+    group = open_root(task.store)[BASELINE_GROUP]
+    files = [f for name in ("holding", "trials", "disagreements")
+             for f in chunk_files(group[name], [(task.null_index, task.size_index, task.chunk)])]
+    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
     return trials
 
 
@@ -208,7 +260,10 @@ def run_null(task: NullTask) -> int:
         for histogram, token_set in zip(histograms, task.token_sets, strict=True)
     ]
     write_matched_nulls(task.store, task.model, task.null_index, task.chunk, counts)
-    mark_done(task.store, task.scope, task.marker)
+    group = open_model(task.store, task.model)[NULLS_GROUP]
+    files = [f for name in ("holding", "trials", "disagreements")
+             for f in chunk_files(group[name], [(task.null_index, 0, task.chunk)])]
+    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
     return sum(trials for trials, _, _ in counts)
 
 

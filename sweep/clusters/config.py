@@ -10,8 +10,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from dask.utils import parse_bytes
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
+from sweep.yaml_io import load_yaml, read_text
 from workers.errors import InputError
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
@@ -37,6 +46,20 @@ class LocalConfig(_Spec):
 
     threads: int = Field(1, ge=1, description="threads per machine-sized worker")
     memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; auto shares the RAM")
+
+    @field_validator("memory_limit")
+    @classmethod
+    def _bytes(cls, value: str) -> str:
+        """'auto' or a size dask can parse ('4GB', '512 MiB', a byte count), above zero."""
+        if value == "auto":
+            return value
+        try:
+            size = parse_bytes(value)
+        except (ValueError, TypeError):
+            raise ValueError(f"not a size: use auto or a size such as 4GB ({value!r})") from None
+        if size <= 0:
+            raise ValueError(f"must be above zero: use auto or a size such as 4GB ({value!r})")
+        return value
     gpus: Gpus = Field(
         "auto", description="auto (every CUDA device torch sees) or a list of indices: [0, 1]"
     )
@@ -179,9 +202,9 @@ def load_cluster_config(path: str | Path | None) -> ClusterConfig:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"cluster file {path} does not exist; pass an existing file or none")
-    text = path.read_text()
+    text = read_text(path)
     try:
-        raw = yaml.safe_load(text)
+        raw = load_yaml(text)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

@@ -25,11 +25,14 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
-from dask_jobqueue import SLURMCluster
-from dask_jobqueue.slurm import SLURMJob
+
+from sweep.interrupts import restore_sigint
+
+if TYPE_CHECKING:
+    from dask_jobqueue import SLURMCluster
 from distributed.core import Status
 from tornado.ioloop import PeriodicCallback
 
@@ -64,8 +67,9 @@ def job_options(slurm: SlurmConfig, pool_name: str) -> dict[str, Any]:
 
 def job_scripts(slurm: SlurmConfig, scheduler: str = "tcp://<scheduler>:8786") -> dict[str, str]:
     """The batch script each pool submits per worker (for dry runs and `sweep plan`)."""
+    job = _jobqueue().SLURMJob
     return {
-        name: SLURMJob(scheduler, name=f"{name}-0", **job_options(slurm, name)).job_script()
+        name: job(scheduler, name=f"{name}-0", **job_options(slurm, name)).job_script()
         for name in POOLS
     }
 
@@ -91,6 +95,15 @@ def check_job_scripts(slurm: SlurmConfig) -> None:
                 )
 
 
+def _jobqueue() -> Any:
+    """`dask_jobqueue.slurm`, imported on first use: its import replaces the SIGINT handler with
+    a silent `sys.exit()` (exit 0 on Ctrl-C), so Python's handler is put back right after."""
+    import dask_jobqueue.slurm
+
+    restore_sigint()
+    return dask_jobqueue.slurm
+
+
 def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
     """Start the scheduler here and submit every pool's worker jobs; the caller closes it."""
     slurm = cfg.slurm
@@ -105,13 +118,15 @@ def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
     scheduler_options: dict[str, Any] = {"dashboard_address": cfg.dashboard_address}
     if slurm.scheduler_host is not None:
         scheduler_options["host"] = slurm.scheduler_host
-    cluster = SLURMCluster(**job_options(slurm, "gpu"), scheduler_options=scheduler_options)
+    jobqueue = _jobqueue()
+    cluster = jobqueue.SLURMCluster(**job_options(slurm, "gpu"),
+                                    scheduler_options=scheduler_options)
     for name in POOLS:
         options = {
             **job_options(slurm, name), "config_name": "slurm", "protocol": None, "security": None
         }
         for i in range(getattr(slurm, name).jobs):
-            cluster.worker_spec[f"{name}-{i}"] = {"cls": SLURMJob, "options": options}
+            cluster.worker_spec[f"{name}-{i}"] = {"cls": jobqueue.SLURMJob, "options": options}
     cluster.scale(jobs=len(cluster.worker_spec))
     if slurm.replace_lost_jobs:
         _keep_jobs_submitted(cluster, interval_s=parse_timedelta(slurm.lost_job_timeout))

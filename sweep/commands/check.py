@@ -28,10 +28,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def check_npy_size(path: Path) -> None:
+    """InputError, before any allocation, if the header's shape and dtype need more bytes than
+    the file holds (a truncated file, or a header that lies)."""
+    try:
+        with open(path, "rb") as handle:
+            version = np.lib.format.read_magic(handle)
+            read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
+                           else np.lib.format.read_array_header_2_0)
+            shape, _, dtype = read_header(handle)
+            offset = handle.tell()
+    except (ValueError, OSError, EOFError, SyntaxError) as error:
+        raise InputError(f"{path}: not a readable .npy array ({error})") from None
+    needed = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    held = path.stat().st_size - offset
+    if needed > held:
+        raise InputError(
+            f"{path}: its header claims shape {shape} {dtype} ({needed:,} bytes) but the file "
+            f"holds {held:,} bytes of data; the file is truncated or not a numpy.save file"
+        )
+
+
 def load_matrices(path: Path) -> np.ndarray:
     """The array in a .npy file (no pickles); InputError naming the file when it is not one."""
     if not path.is_file():
         raise InputError(f"{path}: no such file (give a .npy file written by numpy.save)")
+    check_npy_size(path)
     try:
         return np.load(path, allow_pickle=False)
     except (ValueError, OSError, EOFError) as error:

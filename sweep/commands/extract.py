@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from sweep.outputs import check_writable_folder, npz_path
 from workers.errors import InputError
 from workers.extraction import DTYPES, load_extractor, model_dataset, prepare_model
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
@@ -28,7 +29,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="preset name, hf:<id or dir>, timm:<name> or ft-transformer")
     parser.add_argument("inputs", metavar="INPUTS",
                         help="image folder, .txt, .csv, sklearn:<name>, pydoc:topics, hf:<dataset>")
-    parser.add_argument("--out", required=True, type=Path, help="output .npz file")
+    parser.add_argument("--out", required=True, type=Path,
+                        help="output .npz file (.npz is appended when missing)")
     parser.add_argument("--kind", choices=KINDS, help="input kind (inferred when obvious)")
     parser.add_argument("--limit", type=int, help="first N inputs only")
     parser.add_argument("--batch-size", type=int, default=8)
@@ -46,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    target = npz_path(args.out)  # numpy.savez appends .npz: report the path really written
+    if target.is_dir():
+        raise InputError(f"--out {args.out}: {target} is a folder; give a file path ending .npz")
+    check_writable_folder(target.parent, "--out folder")
     kind = args.kind or infer_kind(args.inputs)
     if kind is None:
         raise InputError(f"cannot tell the kind of inputs {args.inputs!r}: pass --kind {KINDS}")
@@ -75,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
             arrays[f"attention_{k}"] = out.attention
             arrays[f"token_kind_{k}"] = out.token_kind
     seconds = time.perf_counter() - start
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(args.out, **arrays)
-    print(f"{args.out}: {len(dataset)} inputs, {extractor.n_layers} layers, {seconds:.1f} s",
+    target.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(target, **arrays)
+    print(f"{target}: {len(dataset)} inputs, {extractor.n_layers} layers, {seconds:.1f} s",
           file=sys.stderr)
     return 0

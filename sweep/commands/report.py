@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
+from storage.integrity import damage_message, scan_store
 from storage.query import open_results
+from storage.store import open_root
+from sweep.outputs import check_writable_folder
 from sweep.plots import write_plots
 from sweep.report import RENDERERS, build_report, render_csv, table_names
+from workers.errors import InputError, StoreDamagedError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,15 +37,46 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
+def check_readable(store: Path) -> None:
+    """StoreDamagedError if the store is half-created or a done task's chunk files are missing
+    or resized (a stat per chunk; `sweep status --verify` also re-hashes them)."""
+    if not (store / "zarr.json").is_file():
+        return  # not a store at all: `open_results` says so
+    if "config" not in open_root(store).attrs:
+        raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
+                                f"rerun `sweep run` with its config to finish it")
+    damaged = scan_store(store, quick=True)
+    if damaged:
+        raise StoreDamagedError(damage_message(store, damaged))
+
+
+
+
 def run(args: argparse.Namespace) -> int:
-    """Print the report of `args.store` on stdout; figures go to `args.plots`."""
-    tree = open_results(args.store)
-    report = build_report(tree, store=str(args.store), tol=args.tol)
-    if args.format == "csv":
-        sys.stdout.write(render_csv(report, args.table))
-    else:
-        sys.stdout.write(RENDERERS[args.format](report))
+    """Print the report of `args.store` on stdout; figures go to `args.plots`. Damage is one
+    line (exit 4) naming the damaged variables, never a traceback."""
+    store = Path(args.store)
+    check_readable(store)
     if args.plots is not None:
-        for path in write_plots(tree, report, args.plots):
-            print(f"wrote {path}", file=sys.stderr)
+        check_writable_folder(args.plots, "--plots")
+    try:
+        with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
+            warnings.filterwarnings("ignore", message=".*not recognized as a component")
+            tree = open_results(store)
+            report = build_report(tree, store=str(args.store), tol=args.tol)
+            if args.format == "csv":
+                text = render_csv(report, args.table)
+            else:
+                text = RENDERERS[args.format](report)
+            written = write_plots(tree, report, args.plots) if args.plots is not None else []
+    except (InputError, OSError, KeyboardInterrupt):
+        raise
+    except Exception:  # a chunk that does not decode: name it if the checksums do
+        damaged = scan_store(store)
+        if damaged:
+            raise StoreDamagedError(damage_message(store, damaged)) from None
+        raise
+    sys.stdout.write(text)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
     return 0

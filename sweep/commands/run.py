@@ -7,7 +7,9 @@ from pathlib import Path
 
 from sweep.cluster import load_cluster_config, open_client
 from sweep.config import default_config_path, load_config
+from sweep.devices import check_devices
 from sweep.graph import DaskExecutor
+from sweep.interrupts import Interrupted
 from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
 
 
@@ -21,7 +23,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cluster", type=Path, default=None,
                         help="cluster.yaml (default: a local cluster sized to this machine)")
     parser.add_argument("--in-process", action="store_true",
-                        help="run every task in this process, without Dask (debugging)")
+                        help="run every task in this process, without Dask (debugging): the "
+                        "first task that keeps failing stops the run and its exception is "
+                        "re-raised with its traceback (after its failed marker is written)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.set_defaults(func=run)
 
@@ -33,10 +37,16 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
+    if cluster is None or cluster.kind == "local":
+        check_devices(config)  # remote workers may have GPUs this machine lacks
     with locked(config):
-        plan = materialise(config)
+        try:
+            plan = materialise(config)
+        except KeyboardInterrupt:
+            raise Interrupted(f"while planning, before any task ran; store {config.store} "
+                              f"unlocked; rerun to resume") from None
         if cluster is None:
-            summary = execute_plan(plan, InProcessExecutor(), progress=progress)
+            summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress)
         else:
             with open_client(cluster) as client:
                 summary = execute_plan(plan, DaskExecutor(client), progress=progress)

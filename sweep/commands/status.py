@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from storage.integrity import variable_of
 from storage.status import store_status
 
 
@@ -17,11 +18,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("store", help="the sweep's Zarr store (a directory)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-read every done task's chunks against its marker's checksums: "
+                        "damaged ones count as pending (`sweep run` recomputes them)")
     parser.set_defaults(func=status)
 
 
 def status(args: argparse.Namespace) -> int:
-    stages = store_status(args.store)
+    stages = store_status(args.store, verify=args.verify)
     if args.format == "json":
         print(json.dumps([asdict(s) | {"total": s.total} for s in stages], indent=1))
     else:
@@ -31,5 +35,11 @@ def status(args: argparse.Namespace) -> int:
                   f"{s.total:>6}")
         for s in stages:
             for name, error in sorted(s.failed.items()):
-                print(f"failed {s.scope} {name}: {error}")
+                last = error.strip().splitlines()[-1] if error.strip() else "(no error recorded)"
+                print(f"failed {s.scope} {name}: {last}")
+        for s in stages:
+            for name, files in sorted(s.damaged.items()):
+                variables = sorted({variable_of(f) for f in files})
+                print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
+                      f"to recompute")
     return 0 if all(s.done == s.total for s in stages) else 1

@@ -144,6 +144,15 @@ def _fetched(name: str) -> Table:
 
 
 def _csv(path: Path, target: str) -> tuple[Table, list[str]]:
+    try:
+        return _read_csv(path, target)
+    except UnicodeDecodeError as error:
+        raise InputError(f"{path}: not UTF-8 (byte {error.start} of a chunk: "
+                         f"{error.object[error.start:error.start + 1]!r}); save it as UTF-8"
+                         ) from None
+
+
+def _read_csv(path: Path, target: str) -> tuple[Table, list[str]]:
     """Every data row of a CSV; a column holding any non-number is categorical (sorted labels)."""
     if not path.is_file():
         raise InputError(f"CSV file {str(path)!r}: not found")

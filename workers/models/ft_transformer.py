@@ -31,7 +31,7 @@ import torch
 from rtdl_revisiting_models import FTTransformer, MultiheadAttention
 from safetensors.torch import load_file, save_file
 
-from workers.errors import ExtractionError, InputError
+from workers.errors import ExtractionError, InputError, StoreDamagedError
 from workers.extraction import Batch, Extractor, Sink
 from workers.inputs import Dataset, Table
 from workers.models import ModelSpec
@@ -89,7 +89,7 @@ def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
     path = checkpoint_path(spec, table, cache_dir)
     record_path = path.with_suffix(".json")
     if path.is_file() and record_path.is_file():
-        return path, json.loads(record_path.read_text())
+        return path, check_checkpoint(path)
     state, record = train(spec, table)
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".partial-{os.getpid()}")
@@ -121,6 +121,19 @@ def initial_state(spec: ModelSpec, table: Table) -> dict[str, torch.Tensor]:
     model = init_model(spec.options, spec.seed, table)
     stats = fit_stats(table, table_split(spec.options, spec.seed, table)["train"])
     return {**model.state_dict(), **stats}
+
+
+def check_checkpoint(path: Path) -> dict[str, Any]:
+    """The training record beside a cached checkpoint; StoreDamagedError naming a checkpoint or
+    record that does not load (truncated, corrupt)."""
+    try:
+        load_file(str(path))
+        return json.loads(path.with_suffix(".json").read_text())
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+        raise StoreDamagedError(
+            f"cached checkpoint {path} is truncated or corrupt ({type(error).__name__}); "
+            f"delete it and {path.with_suffix('.json').name} to train it again"
+        ) from None
 
 
 class FTExtractor(Extractor):

@@ -1,0 +1,87 @@
+"""Which done tasks must rerun: inputs edited under the same ids, chunks damaged since.
+
+The driver computes each input's digest (`workers.digests`: cheap, no image decoded) and hands a
+shard's digests to its extraction task, which verifies them and records them in the store's
+`input_digest`. On a rerun, a finished shard whose recorded digests differ from today's inputs
+is extracted and tested again (only that shard: the others keep their values); a done task whose
+chunks no longer match its marker's checksums (`storage.integrity`) runs again. Nothing mixes:
+every shard's values come from the inputs its digests name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+import numpy as np
+import zarr
+
+from storage import markers
+from storage.integrity import damaged_chunks
+from sweep.config import SweepConfig
+from sweep.plan import ExtractTask, SweepPlan, Task
+from workers.digests import input_digests
+from workers.extraction import model_dataset
+from workers.inputs import open_dataset
+from workers.models import resolve_model
+
+
+def plan_digests(config: SweepConfig, names: list[str]) -> dict[str, tuple[str, ...]]:
+    """Per model, the digest of every input of its dataset, as it is now."""
+    out = {}
+    for name in names:
+        entry = config.models[name]
+        spec = resolve_model(entry.source, **entry.options)
+        dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
+        out[name] = input_digests(dataset, range(len(dataset)),
+                                  whole_table=spec.family == "ft-transformer")
+    return out
+
+
+def with_digests(plan: SweepPlan, digests: dict[str, tuple[str, ...]]) -> SweepPlan:
+    """`plan` whose extraction tasks carry their shard's input digests."""
+    tasks = tuple(
+        dataclasses.replace(t, digests=digests[t.model][t.start:t.stop])
+        if isinstance(t, ExtractTask) and t.model in digests else t
+        for t in plan.tasks
+    )
+    return dataclasses.replace(plan, tasks=tasks)
+
+
+def stale_extractions(plan: SweepPlan) -> list[ExtractTask]:
+    """Done extraction tasks whose recorded input digests differ from the planned ones."""
+    stale: list[ExtractTask] = []
+    stored: dict[str, np.ndarray | None] = {}
+    for task in plan.tasks:
+        if not isinstance(task, ExtractTask) or not task.digests:
+            continue
+        if not markers.is_done(task.store, task.scope, task.marker):
+            continue
+        if task.model not in stored:
+            group = zarr.open_group(task.store, mode="r", zarr_format=3)[task.model]
+            stored[task.model] = group["input_digest"][:] if "input_digest" in group else None
+        recorded = stored[task.model]
+        if recorded is None:
+            continue  # a store from before digests: nothing to compare with
+        shard = [str(d) for d in recorded[task.start:task.stop]]
+        if any(shard) and tuple(shard) != task.digests:
+            stale.append(task)
+            first = next(i for i, (a, b) in enumerate(zip(shard, task.digests, strict=True))
+                         if a != b)
+            print(f"sweep: model {task.model!r} shard {task.shard}: inputs changed since it ran "
+                  f"(first: {task.dataset.path or task.dataset.source} input "
+                  f"{task.start + first + 1}); recomputing it", file=sys.stderr)
+    return stale
+
+
+def damaged_tasks(plan: SweepPlan, *, quick: bool = False) -> list[Task]:
+    """Done tasks whose chunk files no longer match their marker's checksums."""
+    out = []
+    for task in plan.tasks:
+        vouched = markers.vouched_chunks(task.store, task.scope, task.marker)
+        bad = damaged_chunks(task.store, vouched, quick=quick) if vouched else []
+        if bad:
+            out.append(task)
+            print(f"sweep: {task.key}: {len(bad)} damaged chunk(s) ({bad[0]}, ...); recomputing",
+                  file=sys.stderr)
+    return out

@@ -1,0 +1,45 @@
+"""Ctrl-C that stops the sweep: the SIGINT handler the process started with, restored after
+imports replace it.
+
+`dask_jobqueue.runner` installs `signal.signal(SIGINT, lambda *_: sys.exit())` when imported, so
+Ctrl-C would raise `SystemExit(None)` (exit 0, no message). `sweep.cli.main` calls
+`remember_sigint()` first and `restore_sigint()` after the command's imports (and
+`sweep.clusters.slurm` after its lazy import of dask_jobqueue): Python's own handler raises
+KeyboardInterrupt, which `main` turns into one line and exit code 130. A process started with
+SIGINT ignored (`nohup`, a background job of a script) keeps ignoring it. `Interrupted` carries
+the one-line summary of what finished.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C, with a one-line summary of what finished before it (`str(error)`)."""
+
+
+_started_with: list[Any] = []  # the handler `remember_sigint` saw, once
+
+
+def _main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
+
+
+def remember_sigint() -> None:
+    """Note the SIGINT handler the process has now (call before importing dask_jobqueue)."""
+    if _main_thread() and not _started_with:
+        _started_with.append(signal.getsignal(signal.SIGINT))
+
+
+def restore_sigint() -> None:
+    """Put back the remembered SIGINT handler (Python's KeyboardInterrupt by default); a no-op
+    outside the main thread."""
+    if not _main_thread():
+        return
+    handler = _started_with[0] if _started_with else signal.default_int_handler
+    if not callable(handler) and handler != signal.SIG_IGN:
+        handler = signal.default_int_handler  # SIG_DFL or None: Python's own
+    signal.signal(signal.SIGINT, handler)

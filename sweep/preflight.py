@@ -1,0 +1,148 @@
+"""Refusals decided before the first byte is written: the store path, the models, the store.
+
+`sweep run` (through `sweep.runner.locked`) calls `check_before_lock` before it creates a lock
+file, trains a checkpoint or opens the store for writing, and `check_plan_fits_store` once the
+plan's sizes are known, before any group is created. So a refused config leaves every folder as
+it was: no lock file in a folder that is not a sweep store, no group for a new model listed
+beside a changed one, no checkpoint trained for options the store will not accept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import zarr
+
+from storage.fingerprint import describe_changes, fingerprint
+from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
+from storage.store import StoreMismatchError
+from sweep.config import SweepConfig
+from workers.errors import InputError, StoreDamagedError
+from workers.models import resolve_model
+
+# fingerprint inputs of a model group that the config alone decides (no model load, no input read)
+CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype")
+
+
+def check_store_path(store: Path) -> bool:
+    """Whether `store` already is a sweep store; InputError if it is a file, a folder holding
+    anything else, or a Zarr store of another kind; StoreDamagedError if its root metadata is
+    unreadable. A missing or empty folder is fine (False)."""
+    if store.exists() and not store.is_dir():
+        raise InputError(f"store {store}: a file, not a folder; set store: to a new or empty "
+                         f"folder, or to an existing sweep store")
+    if not store.is_dir():
+        return False
+    meta = store / "zarr.json"
+    if not meta.exists():
+        if any(p.name != BOOKKEEPING_DIR for p in store.iterdir()):
+            raise InputError(f"store {store}: a folder that is not a sweep store; set store: to "
+                             f"a new or empty folder, or to an existing sweep store")
+        return False
+    try:
+        attrs = json.loads(meta.read_text(encoding="utf-8")).get("attributes", {})
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
+        raise StoreDamagedError(f"store {store}: its root metadata {meta} is corrupt ({error}); "
+                                f"restore it from a backup, or use a new store") from None
+    if attrs.get("format") != FORMAT:
+        raise InputError(f"store {store}: a Zarr store that is not a sweep store (format "
+                         f"{attrs.get('format')!r}); set store: to a new or empty folder")
+    return True
+
+
+def check_models(config: SweepConfig) -> None:
+    """Every model resolves (source and options) and reads a dataset of its own modality."""
+    for name, entry in config.models.items():
+        spec = resolve_model(entry.source, **entry.options)
+        kind = config.datasets[entry.dataset].to_spec().kind
+        if spec.modality != kind:
+            raise InputError(
+                f"models.{name}: {entry.source!r} is a {spec.modality} model but dataset "
+                f"{entry.dataset!r} is {kind}; point it at a {spec.modality} dataset"
+            )
+
+
+def _config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
+    """The fingerprint inputs of model `name` that the config alone decides (CONFIG_KEYS)."""
+    entry = config.models[name]
+    return {
+        "model": resolve_model(entry.source, **entry.options).to_dict(),
+        "dataset": config.datasets[entry.dataset].to_spec().to_dict(),
+        "shard_size": config.shard_size,
+        "token_sets": list(config.token_sets),
+        "tol": config.tol,
+        "dtype": config.model_setting(name, "dtype"),
+    }
+
+
+def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
+    b = config.baseline
+    if b is None:
+        return None
+    return {"sizes": list(b.sizes), "trials": b.trials, "seed": b.seed,
+            "chunk_trials": b.chunk_trials, "tol": config.tol}
+
+
+def _finished_groups(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+    """Fingerprint inputs of the finished groups among `names` and the store's recorded models
+    (looked up by name: listing the root would warn about `.sweep`)."""
+    root = zarr.open_group(str(store), mode="r", zarr_format=3)
+    out = {}
+    for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
+        if name not in root:
+            continue
+        attrs = root[name].attrs
+        if "fingerprint" in attrs:
+            out[name] = {"fingerprint": attrs["fingerprint"],
+                         "inputs": dict(attrs.get("fingerprint_inputs", {}))}
+    return out
+
+
+def _refuse(store: Path, problems: list[tuple[str, list[str]]]) -> None:
+    if problems:
+        what = "; ".join(f"{who}: {', '.join(lines)}" for who, lines in problems)
+        raise StoreMismatchError(
+            f"store {store}: computed with a different config ({what}); restore those "
+            f"settings, or use a new store"
+        )
+
+
+def check_before_lock(config: SweepConfig) -> None:
+    """Everything the config alone decides, before the lock file or a checkpoint is written:
+    models, the store path, and every finished group against the config (devices are checked
+    by `sweep run` for local runs: `sweep.devices`)."""
+    check_models(config)
+    if not check_store_path(config.store):
+        return
+    groups = _finished_groups(config.store, list(config.models))
+    problems = []
+    for name in config.models:
+        if name in groups:
+            stored = {k: v for k, v in groups[name]["inputs"].items() if k in CONFIG_KEYS}
+            lines = describe_changes(stored, _config_inputs(config, name))
+            if lines:
+                problems.append((f"model {name!r}", [f"models.{name}.{x}" for x in lines]))
+    baseline = _baseline_inputs(config)
+    if baseline is not None and BASELINE_GROUP in groups:
+        lines = describe_changes(groups[BASELINE_GROUP]["inputs"], baseline)
+        if lines:
+            problems.append(("the baseline", [f"baseline.{x}" for x in lines]))
+    _refuse(config.store, problems)
+
+
+def check_plan_fits_store(store: Path, plan_inputs: dict[str, dict[str, Any]]) -> None:
+    """Every planned group (name -> fingerprint inputs) against the finished groups, all at once,
+    before any group is created or extended."""
+    if not (store / "zarr.json").exists():
+        return
+    groups = _finished_groups(store, list(plan_inputs))
+    problems = []
+    for name, inputs in plan_inputs.items():
+        if name in groups and groups[name]["fingerprint"] != fingerprint(inputs):
+            prefix = "baseline." if name == BASELINE_GROUP else f"models.{name}."
+            who = "the baseline" if name == BASELINE_GROUP else f"model {name!r}"
+            lines = describe_changes(groups[name]["inputs"], inputs)
+            problems.append((who, [prefix + x for x in lines] or ["fingerprint differs"]))
+    _refuse(store, problems)

@@ -1,0 +1,230 @@
+"""Faults met during a sweep: Ctrl-C, inputs edited between runs, damaged chunks, refusals.
+
+Each ends with the store identical, value for value, to an uninterrupted run on the final inputs,
+or (for refusals) byte for byte as it was. A tiny RoBERTa over a 5-line text file keeps it fast.
+"""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import zarr
+
+import sweep.runner
+from storage.lock import StoreLock
+from storage.store import create_root, ensure_model, write_root_attrs
+from sweep.cli import main
+from sweep.config import load_config
+from sweep.interrupts import Interrupted
+from sweep.preflight import _config_inputs
+from sweep.runner import InProcessExecutor, run_sweep
+from tests.fault_helpers import (
+    LINES,
+    env,
+    one_stderr_line,
+    store_arrays,
+    tree_digest,
+    write_text_sweep,
+)
+from tests.test_sweep_local import assert_same_arrays
+
+EDITED = [f"{LINES[0]} edited", *LINES[1:4], "an older last line that will change"]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The folder of an uninterrupted run on LINES (its store: sweep.zarr)."""
+    folder = tmp_path_factory.mktemp("reference")
+    config = load_config(write_text_sweep(folder))
+    assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
+    return folder
+
+
+def copy_of(reference: Path, tmp_path: Path) -> Path:
+    """A copy of the reference folder whose config still reads the reference's text file (the
+    dataset path is part of the fingerprint)."""
+    folder = tmp_path / "copy"
+    shutil.copytree(reference, folder)
+    path = folder / "sweep.yaml"
+    path.write_text(path.read_text().replace("path: lines.txt", f"path: {reference}/lines.txt"))
+    return folder
+
+
+@pytest.mark.parametrize("executor", [["--in-process"], []], ids=["in-process", "dask-local"])
+def test_ctrl_c_during_run_exits_130_with_a_summary_and_the_lock_released(tmp_path, executor):
+    path = write_text_sweep(tmp_path, lines=LINES * 8)  # 20 shards: still running at the signal
+    store = tmp_path / "sweep.zarr"
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweep", "run", str(path), *executor, "--no-progress"],
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        while not list((store / ".sweep" / "markers").rglob("*.done")):
+            assert driver.poll() is None, driver.communicate()[1][-2000:]
+            assert time.monotonic() < deadline, "no task finished in time"
+            time.sleep(0.05)
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-2000:]
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("sweep run: interrupted: ") and "of 40 tasks done" in last, err
+    assert "unlocked; rerun to resume" in last and "Traceback" not in err
+    assert "CancelledError" not in err
+    with StoreLock(store):  # free again
+        pass
+
+
+def test_ctrl_c_during_plan_exits_130(tmp_path):
+    path = write_text_sweep(tmp_path, lines=LINES * 40_000)  # sizing 200,000 lines takes a while
+    driver = subprocess.Popen(
+        [sys.executable, "-m", "sweep", "plan", str(path)], cwd=tmp_path,
+        env={**env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    try:
+        for line in driver.stdout:  # the resolved config comes first, then the sizing
+            if line.startswith("baseline:"):
+                break
+        driver.send_signal(signal.SIGINT)
+        out, err = driver.communicate(timeout=120)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    assert driver.returncode == 130, err[-2000:]
+    assert one_stderr_line(err) == "sweep plan: interrupted: stopped by Ctrl-C"
+    assert "total:" not in out
+
+
+def test_edited_inputs_recompute_exactly_their_shards_and_match_a_fresh_run(
+        tmp_path, reference, monkeypatch, capsys):
+    path = write_text_sweep(tmp_path, lines=EDITED)
+    config = load_config(path)
+    real, calls = sweep.runner.run_task, []
+
+    def killed_after_four(task):
+        calls.append(task.key)
+        if len(calls) == 5:
+            raise KeyboardInterrupt  # Ctrl-C in the middle of the sweep
+        return real(task)
+
+    monkeypatch.setattr(sweep.runner, "run_task", killed_after_four)
+    with pytest.raises(Interrupted, match="4 of 6 tasks done"):
+        run_sweep(config, InProcessExecutor(), progress=False)
+    monkeypatch.setattr(sweep.runner, "run_task", real)
+    write_text_sweep(tmp_path, lines=[LINES[0], *EDITED[1:]])  # line 1 (shard 0, done) edited
+    summary = run_sweep(config, InProcessExecutor(), progress=False)
+    assert sorted(summary.completed) == [
+        "extract-rob-00000", "extract-rob-00002", "test-rob-00000", "test-rob-00002"]
+    assert summary.skipped == ["extract-rob-00001", "test-rob-00001"]
+    assert "shard 0: inputs changed since it ran" in capsys.readouterr().err
+    write_text_sweep(tmp_path, lines=LINES)  # after a finished run: line 5 (shard 2) edited
+    summary = run_sweep(config, InProcessExecutor(), progress=False)
+    assert sorted(summary.completed) == ["extract-rob-00002", "test-rob-00002"]
+    assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(config.store))
+    assert run_sweep(config, InProcessExecutor(), progress=False).completed == []
+
+
+def chunk(store: Path, array: str, *coords: int) -> Path:
+    return store / array / "c" / "/".join(str(c) for c in coords)
+
+
+def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, capsys):
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    chunk(store, "rob/results/kappa", 0, 0, 0).unlink()  # deleted
+    attention = chunk(store, "rob/attention", 2, 0, 0, 0)
+    attention.write_bytes(attention.read_bytes()[:10])  # truncated
+    n_tokens = chunk(store, "rob/n_tokens", 2)
+    rng = np.random.default_rng(0)
+    n_tokens.write_bytes(rng.bytes(n_tokens.stat().st_size))  # garbage, same size
+    assert main(["status", str(store), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "damaged rob test-00000: rob/results/kappa; rerun `sweep run`" in out
+    assert "damaged rob extract-00001: rob/attention;" in out
+    assert "damaged rob extract-00002: rob/n_tokens;" in out
+    before = tree_digest(store)
+    assert main(["report", str(store)]) == 4
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "rob/attention" in line and "rob/results/kappa" in line and "rerun `sweep run`" in line
+    assert tree_digest(store) == before
+    assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 0
+    assert "5 tasks completed, 1 already done" in capsys.readouterr().out
+    assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
+    margin = chunk(store, "rob/results/holds", 1, 0, 0)
+    margin.write_bytes(rng.bytes(margin.stat().st_size))  # garbage only: found when decoding
+    assert main(["report", str(store)]) == 4
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "damaged chunks in rob/results/holds" in line
+
+
+def test_refusals_write_nothing(tmp_path, reference, capsys):
+    folder = copy_of(reference, tmp_path)
+    path = folder / "sweep.yaml"
+    (folder / "other.txt").write_text("\n".join(LINES) + "\n")
+    path.write_text(path.read_text().replace(f"path: {reference}/lines.txt", "path: other.txt")
+                    + "  rob2: {source: tiny-roberta, dataset: lines}\n")
+    before = tree_digest(folder)
+    assert main(["run", str(path), "--in-process"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "models.rob.dataset.path" in line and "different config" in line
+    assert tree_digest(folder) == before  # no rob2 group, no lock file touched
+
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "notes.txt").write_text("mine\n")
+    for store in (str(data), '""'):
+        config = write_text_sweep(data)
+        config.write_text(config.read_text().replace("store: sweep.zarr", f"store: {store}"))
+        before = tree_digest(data)
+        assert main(["run", str(config), "--in-process"]) == 2
+        line = one_stderr_line(capsys.readouterr().err)
+        assert "a folder that is not a sweep store" in line
+        assert tree_digest(data) == before and not (data / ".sweep").exists()
+
+    foreign = tmp_path / "foreign.zarr"
+    zarr.open_group(str(foreign), mode="w").create_array("x", shape=(2,), dtype="i4")
+    config = write_text_sweep(tmp_path / "f")
+    config.write_text(config.read_text().replace("store: sweep.zarr", f"store: {foreign}"))
+    before = tree_digest(foreign)
+    assert main(["run", str(config), "--in-process"]) == 2
+    assert "a Zarr store that is not a sweep store" in one_stderr_line(capsys.readouterr().err)
+    assert tree_digest(foreign) == before
+
+
+def test_changed_ft_options_are_refused_before_any_training(tmp_path, capsys, monkeypatch):
+    import workers.models.ft_transformer as ft
+
+    def ft_sweep(options: str) -> Path:
+        path = tmp_path / "sweep.yaml"
+        path.write_text("store: s.zarr\nshard_size: 2\ndatasets:\n"
+                        "  wine: {source: 'sklearn:wine', limit: 2}\n"
+                        f"models:\n  ft: {{source: ft-transformer, dataset: wine, "
+                        f"options: {options}}}\n")
+        return path
+
+    first = load_config(ft_sweep("{max_epochs: 3, n_blocks: 2}"))
+    root = create_root(first.store)  # a store finished by the first config (sizes made up)
+    ensure_model(root, "ft", input_ids=["0", "1"], n_layers=2, t_max=14, shard_size=2,
+                 token_sets=first.token_sets, attrs={},
+                 fingerprint_inputs=_config_inputs(first, "ft"))
+    write_root_attrs(root, first.resolved())
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before the config was accepted")
+
+    monkeypatch.setattr(ft, "train", no_training)
+    path = ft_sweep("{max_epochs: 4, n_blocks: 2}")
+    before = tree_digest(tmp_path)
+    assert main(["run", str(path), "--in-process"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "models.ft.model.config.max_epochs: 3 -> 4" in line
+    assert tree_digest(tmp_path) == before

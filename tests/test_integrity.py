@@ -1,0 +1,124 @@
+"""Unit tests of the fault machinery: chunk checksums in done markers, input digests, the YAML
+reader, the errno -> fix lines. No model, no sweep: fast."""
+
+from __future__ import annotations
+
+import errno
+import os
+
+import numpy as np
+import pytest
+import yaml
+import zarr
+
+from storage import markers
+from storage.integrity import checksums, chunk_files, damaged_chunks, scan_store, variable_of
+from sweep.faults import classify, os_error_line
+from sweep.yaml_io import load_yaml, read_text
+from workers.digests import input_digests
+from workers.errors import InputError
+from workers.inputs import DatasetSpec, open_dataset
+
+
+@pytest.fixture
+def written(tmp_path):
+    """A store with one array of 3 chunks, chunk 1 left at the fill value (not written)."""
+    root = zarr.open_group(str(tmp_path / "s.zarr"), mode="w", zarr_format=3)
+    array = root.create_group("m").create_array("x", shape=(6,), chunks=(2,), dtype="f8",
+                                                fill_value=0.0)
+    array[:] = np.array([1.0, 2.0, 0.0, 0.0, 5.0, 6.0])
+    files = chunk_files(array, [(0,), (1,), (2,)])
+    store = tmp_path / "s.zarr"
+    markers.mark_done(store, "m", "extract-00000", checksums(store, files))
+    return store, files
+
+
+def test_marker_vouches_for_written_and_skipped_chunks(written):
+    store, files = written
+    vouched = markers.vouched_chunks(store, "m", "extract-00000")
+    assert files == ["m/x/c/0", "m/x/c/1", "m/x/c/2"]
+    assert vouched["m/x/c/1"] is None
+    assert vouched["m/x/c/0"][0] == (store / "m/x/c/0").stat().st_size
+    assert damaged_chunks(store, vouched) == [] and scan_store(store) == {}
+    assert markers.is_done(store, "m", "extract-00000")
+
+
+@pytest.mark.parametrize("damage, quick_finds", [
+    (lambda p: p.unlink(), True),
+    (lambda p: p.write_bytes(p.read_bytes()[:3]), True),
+    (lambda p: p.write_bytes(bytes(len(p.read_bytes()))), False),  # same size: needs the hash
+])
+def test_deleted_truncated_or_garbage_chunks_are_found(written, damage, quick_finds):
+    store, _ = written
+    damage(store / "m/x/c/2")
+    vouched = markers.vouched_chunks(store, "m", "extract-00000")
+    assert damaged_chunks(store, vouched) == ["m/x/c/2"]
+    assert (damaged_chunks(store, vouched, quick=True) == ["m/x/c/2"]) == quick_finds
+    assert scan_store(store) == {"m/extract-00000.done": ["m/x/c/2"]}
+    assert variable_of("m/x/c/2") == "m/x"
+
+
+def test_a_chunk_appearing_where_none_was_written_is_damage(written):
+    store, _ = written
+    (store / "m/x/c/1").write_bytes(b"junk")
+    assert damaged_chunks(store, markers.vouched_chunks(store, "m", "extract-00000")) == [
+        "m/x/c/1"]
+
+
+def test_old_and_unreadable_markers(tmp_path):
+    store = tmp_path
+    markers.mark_done(store, "m", "a")  # from before checksums: nothing to verify
+    assert markers.vouched_chunks(store, "m", "a") is None
+    (store / ".sweep/markers/m/b.done").write_text("{garbage")
+    assert damaged_chunks(store, markers.vouched_chunks(store, "m", "b")) != []
+
+
+def test_text_digests_follow_the_content_not_the_id(tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("one line here\ntwo lines here\n")
+    spec = DatasetSpec(kind="text", path=str(path))
+    before = input_digests(open_dataset(spec), range(2))
+    path.write_text("one line here\ntwo lines changed\n")
+    after = input_digests(open_dataset(spec), range(2))
+    assert before[0] == after[0] and before[1] != after[1]
+
+
+def test_image_digests_use_stat_not_the_pixels(tmp_path):
+    from PIL import Image
+
+    Image.new("RGB", (8, 8)).save(tmp_path / "a.png")
+    spec = DatasetSpec(kind="image", path=str(tmp_path))
+    before = input_digests(open_dataset(spec), range(1))
+    stat = (tmp_path / "a.png").stat()
+    os.utime(tmp_path / "a.png", ns=(stat.st_atime_ns, stat.st_mtime_ns + 1))
+    assert input_digests(open_dataset(spec), range(1)) != before
+
+
+def test_tabular_digests_fold_in_the_table_for_models_trained_on_it():
+    dataset = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine", limit=3))
+    rows = input_digests(dataset, range(3))
+    assert len(set(rows)) == 3
+    assert input_digests(dataset, range(3), whole_table=True) != rows
+
+
+def test_yaml_reader_refuses_duplicate_keys_with_lines(tmp_path):
+    with pytest.raises(yaml.YAMLError) as raised:
+        load_yaml("a: 1\nb:\n  c: 2\n  c: 3\n")
+    assert raised.value.problem_mark.line + 1 == 4
+    assert "duplicate key 'c' (first at line 3)" in raised.value.problem
+    assert load_yaml("a: {b: 1}\nc: [1, 2]\n") == {"a": {"b": 1}, "c": [1, 2]}
+    path = tmp_path / "x.yaml"
+    path.write_bytes(b"a: 1\nb: \xff\n")
+    with pytest.raises(InputError, match=r"x.yaml: line 2: not UTF-8 \(byte 8"):
+        read_text(path)
+
+
+def test_os_errors_name_the_path_and_the_fix():
+    error = OSError(errno.EROFS, os.strerror(errno.EROFS), "/data/s.zarr")
+    assert os_error_line(error) == (
+        "/data/s.zarr: Read-only file system; the file system is read-only; choose a writable "
+        "path")
+    assert classify(error)[0] == 3
+    assert classify(KeyboardInterrupt())[0] == 130
+    assert classify(InputError("x"))[0] == 2
+    assert classify(RuntimeError("a bug")) is None
