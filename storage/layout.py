@@ -38,6 +38,7 @@ BASELINE_GROUP = "baseline"
 RESULTS_GROUP = "results"
 STAGES = ("extract", "test")
 BASELINE_STAGE = "baseline"
+PREPARE_STAGE = "prepare"  # a model's preparation (training); its marker is named `prepare`
 BOOKKEEPING_DIR = ".sweep"
 
 

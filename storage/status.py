@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage.layout import BASELINE_GROUP, BASELINE_STAGE, STAGES
+from storage.layout import BASELINE_GROUP, BASELINE_STAGE, PREPARE_STAGE, STAGES
 from storage.markers import marker_name, read_state
 from storage.store import open_root
 
@@ -45,6 +45,8 @@ def store_status(store: str | Path) -> list[StageStatus]:
     out = []
     for model in root.attrs.get("models", []):
         n_shards = root[model].attrs["n_shards"]
+        if read_state(store, model, PREPARE_STAGE).state != "pending":  # a model that has one
+            out.append(_count(store, model, PREPARE_STAGE, [PREPARE_STAGE]))
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
             out.append(_count(store, model, stage, names))

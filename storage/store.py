@@ -204,6 +204,15 @@ def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
     return root[model]
 
 
+def write_training_record(store: str | Path, model: str, record: dict) -> None:
+    """Keep a model's JSON-able training record as its group's `training` attribute.
+
+    Written by the model's preparation task alone, before any of its extractions run (they wait
+    for it), so it is the group's attributes' only writer while tasks run.
+    """
+    open_model(store, model, mode="r+").attrs["training"] = record
+
+
 def _shard_bounds(group: zarr.Group, start: int, stop: int) -> None:
     size, n = group.attrs["shard_size"], group.attrs["n_inputs"]
     if start % size or stop != min(start + size, n):

@@ -16,16 +16,23 @@ import numpy as np
 from storage.fingerprint import canonical_json
 from storage.layout import RESULT_VARS, ResultStatus
 from storage.markers import mark_done
-from storage.store import open_model, write_attention, write_baseline, write_results, write_tokens
+from storage.store import (
+    open_model,
+    write_attention,
+    write_baseline,
+    write_results,
+    write_tokens,
+    write_training_record,
+)
 from workers.baseline import holding_in_blocks
 from workers.equality import check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
-from workers.extraction import Extractor, load_extractor
+from workers.extraction import Extractor, load_extractor, prepare_model
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
-    from sweep.plan import BaselineTask, ExtractTask, TestTask
+    from sweep.plan import BaselineTask, ExtractTask, PrepareTask, TestTask
 
 MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
 _DATASETS: dict[str, Dataset] = {}
@@ -57,6 +64,19 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
             _EXTRACTORS[key] = (extractor, threading.Lock())
         _EXTRACTORS.move_to_end(key)
         return _EXTRACTORS[key]
+
+
+def run_prepare(task: PrepareTask) -> int:
+    """Prepare (train) the model, keep its training record in the store if it returns one, then
+    the marker. Holds the process's model lock throughout: torch's global RNG, which seeded
+    training and seeded model builds draw from, is shared by every thread of a worker."""
+    dataset = cached_dataset(task.dataset)
+    with _CACHE_LOCK:
+        record = prepare_model(task.spec, dataset, task.cache_dir)
+    if record is not None:
+        write_training_record(task.store, task.model, record)
+    mark_done(task.store, task.scope, task.marker)
+    return 1
 
 
 def run_extract(task: ExtractTask) -> int:
@@ -164,7 +184,9 @@ def run_baseline(task: BaselineTask) -> int:
     return trials
 
 
-def run_task(task: ExtractTask | TestTask | BaselineTask) -> int:
-    """Dispatch a task spec to its body; returns the number of inputs or trials it covered."""
-    runner = {"extract": run_extract, "test": run_test, "baseline": run_baseline}[task.stage]
+def run_task(task: PrepareTask | ExtractTask | TestTask | BaselineTask) -> int:
+    """Dispatch a task spec to its body; returns the number of inputs or trials it covered
+    (models, for a preparation)."""
+    runner = {"prepare": run_prepare, "extract": run_extract, "test": run_test,
+              "baseline": run_baseline}[task.stage]
     return runner(task)

@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
     with locked(config):
-        plan = materialise(config)
+        plan = materialise(config, progress=progress)
         if cluster is None:
             summary = execute_plan(plan, InProcessExecutor(), progress=progress)
         else:
