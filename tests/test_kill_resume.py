@@ -52,7 +52,8 @@ def done_markers(store: Path) -> list[Path]:
     return sorted((store / ".sweep" / "markers").rglob("*.done"))
 
 
-N_TASKS = 2 * (6 + 8) + 2 * 3  # extract + test per shard of both models, baseline chunks
+# extract + test per shard of both models, FT's preparation, baseline chunks
+N_TASKS = 2 * (6 + 8) + 1 + 2 * 3
 
 
 @pytest.fixture(scope="module")
