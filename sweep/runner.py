@@ -36,8 +36,9 @@ FACT_BATCH = 256  # inputs per token_counts call while sizing
 
 
 def say(line: str, progress: bool) -> None:
-    """One line of what the driver is doing, on stderr (when progress is on)."""
-    if progress:
+    """One line of what the driver is doing, on stderr, when progress is on and stderr is a
+    terminal (logs and captured output keep only results and one-line errors)."""
+    if progress and sys.stderr.isatty():
         print(line, file=sys.stderr, flush=True)
 
 

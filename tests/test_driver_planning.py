@@ -4,6 +4,7 @@ is a task that extractions wait for, and its record lands in the store."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -98,6 +99,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
         return real_create(*args, **kwargs)
 
     monkeypatch.setattr(timm, "create_model", shapes_only)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)  # progress shows on terminals
     assert main(["plan", str(path)]) == 0
     out, err = capsys.readouterr()
     row = next(line for line in out.splitlines() if line.startswith("ft "))
