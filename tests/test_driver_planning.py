@@ -25,7 +25,7 @@ from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, gather_facts, run_sweep
 from workers.extraction import load_extractor
 from workers.inputs import open_dataset
-from workers.models import PRESETS
+from workers.models import PRESETS, resolve_model
 from workers.models import ft_transformer as ft_module
 from workers.models import hf as hf_module
 
@@ -60,10 +60,8 @@ def test_planned_sizes_equal_what_extraction_produces(tmp_path):
     for name, entry in config.models.items():
         facts = gather_facts(config, name)
         dataset = open_dataset(config.datasets[entry.dataset].to_spec())
-        spec = config.models[name]
-        from workers.models import resolve_model
-
-        extractor = load_extractor(resolve_model(spec.source, **spec.options), dataset=dataset,
+        spec = resolve_model(entry.source, **entry.options)
+        extractor = load_extractor(spec, dataset=dataset,
                                    cache_dir=config.checkpoint_dir, device="cpu")
         outs = extractor.extract(dataset.load(range(len(dataset))), dataset.ids)
         tokens = [out.attention.shape[-1] for out in outs]
