@@ -50,6 +50,7 @@ STAGES = ("extract", "test")
 BASELINE_STAGE = "baseline"
 NULLS_GROUP = "nulls"  # size-matched nulls, inside each model group
 NULLS_STAGE = "nulls"
+PREPARE_STAGE = "prepare"  # a model's preparation (training); its marker is named `prepare`
 BOOKKEEPING_DIR = ".sweep"
 
 

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage.integrity import damaged_chunks
-from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_GROUP, NULLS_STAGE, STAGES
+from storage.layout import (
+    BASELINE_GROUP,
+    BASELINE_STAGE,
+    NULLS_GROUP,
+    NULLS_STAGE,
+    PREPARE_STAGE,
+    STAGES,
+)
 from storage.markers import marker_name, read_state, vouched_chunks
 from storage.store import open_root
 from workers.errors import StoreDamagedError
@@ -66,6 +73,8 @@ def store_status(store: str | Path, *, verify: bool = False) -> list[StageStatus
     out = []
     for model in root.attrs.get("models", []):
         n_shards = root[model].attrs["n_shards"]
+        if read_state(store, model, PREPARE_STAGE).state != "pending":  # a model that has one
+            out.append(_count(store, model, PREPARE_STAGE, [PREPARE_STAGE], verify))
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
             out.append(_count(store, model, stage, names, verify))

@@ -230,13 +230,6 @@ def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
     return dict(root[model].attrs)
 
 
-def write_training_record(store: str | Path, model: str, record: dict) -> None:
-    """Keep a trained model's training record (`prepare_model`'s) as its group's `training`
-    attribute. The driver calls it under the store lock (attrs are not safe to write concurrently).
-    """
-    open_model(store, model, mode="r+").attrs["training"] = record
-
-
 def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
     """A model's group; InputError naming the store's models if there is no such model."""
     root = open_root(store, mode=mode)
@@ -245,6 +238,15 @@ def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
             f"store {store}: no model {model!r}; it holds {root.attrs.get('models', [])}"
         )
     return root[model]
+
+
+def write_training_record(store: str | Path, model: str, record: dict) -> None:
+    """Keep a model's JSON-able training record as its group's `training` attribute.
+
+    Written by the model's preparation task alone, before any of its extractions run (they wait
+    for it), so it is the group's attributes' only writer while tasks run.
+    """
+    open_model(store, model, mode="r+").attrs["training"] = record
 
 
 def _shard_bounds(group: zarr.Group, start: int, stop: int) -> None:

@@ -1,9 +1,10 @@
 """The sweep on Dask: one future per task, tagged with its pool, keyed by its task key.
 
-Extraction takes the `GPU` resource, tests and baseline chunks the `CPU` resource (untagged
-tasks would land on GPU workers too). A test future takes its shard's extraction future as an
-argument, so it runs after it and never runs if it failed. Futures carry only the small frozen
-task specs; workers load models once through `workers.tasks`' per-process cache.
+Preparation and extraction take the `GPU` resource, tests and baseline chunks the `CPU` resource
+(untagged tasks would land on GPU workers too). A task's future takes its dependencies' futures as
+arguments (a test its shard's extraction, an extraction its model's preparation), so it runs
+after them and never runs if one failed. Futures carry only the small frozen task specs; workers
+load models once through `workers.tasks`' per-process cache.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ def _run(task: Task, *after: object) -> int:
 
 def submit_tasks(client: Client, plan: SweepPlan, tasks: list[Task],
                  retries: int) -> dict[str, Future]:
-    """Submit every task in plan order; a task waits for the tasks it depends on that rerun."""
+    """Submit every task in plan order; a task takes the futures of its dependencies that
+    rerun (a test its extraction, an extraction its model's preparation) as arguments."""
     futures: dict[str, Future] = {}
     for task in tasks:
         after = tuple(futures[key] for key in plan.depends_on(task) if key in futures)
@@ -81,7 +83,7 @@ class DaskExecutor:
             if task.key not in errors:
                 continue
             if any(key in errors for key in plan.depends_on(task)):
-                blocked.append(task.key)  # what it waits for failed: it never ran
+                blocked.append(task.key)  # a dependency failed (or was blocked): it never ran
             else:
                 outcomes[task.key] = failure_text(errors[task.key])
         self.client.cancel(list(futures.values()))

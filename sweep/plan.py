@@ -1,9 +1,11 @@
 """The plan is data: config + measured facts -> frozen task specs with deterministic keys.
 
 Pure: no I/O, no Dask. Inputs split into contiguous shards of `shard_size` in dataset order;
-per (model, shard) an extraction task (GPU pool) and a test task (CPU pool) that depends on it;
-per (baseline null, size, trial chunk) a baseline task (CPU pool); per (model, null, trial
-chunk) a size-matched null task (CPU pool) that depends on all of the model's test tasks.
+per model that needs it (FT-Transformer: training) a preparation task (GPU pool) that its
+extractions depend on; per (model, shard) an extraction task (GPU pool) and a test task (CPU
+pool) that depends on it; per (baseline null, size, trial chunk) a baseline task (CPU pool); per
+(model, null, trial chunk) a size-matched null task (CPU pool) that depends on all of the model's
+test tasks.
 `sweep.runner` gathers the facts and interprets the plan; `sweep plan` prints it.
 """
 
@@ -11,16 +13,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from storage.fingerprint import fingerprint
-from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE
+from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE, PREPARE_STAGE
 from storage.markers import marker_name
 from sweep.config import SweepConfig
 from workers.baseline import BlockSpan, chunk_span
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec, resolve_model
+from workers.models.token_layout import needs_preparation
 
 ATTENTION_ITEMSIZE = 4  # float32
 
@@ -214,6 +218,30 @@ class TestTask(ShardTask):
 
 
 @dataclass(frozen=True)
+class PrepareTask:
+    """Prepare one model before its extractions (train FT-Transformer into the checkpoint cache)
+    and keep the training record in the store (`storage.store.write_training_record`)."""
+
+    key: str
+    store: str
+    model: str
+    spec: ModelSpec
+    dataset: DatasetSpec
+    cache_dir: str
+
+    stage = PREPARE_STAGE
+    resources = {"GPU": 1}
+
+    @property
+    def scope(self) -> str:
+        return self.model
+
+    @property
+    def marker(self) -> str:
+        return self.stage
+
+
+@dataclass(frozen=True)
 class BaselineTask:
     """Count holding matrices among one chunk of one (null, size)'s trials."""
 
@@ -265,7 +293,7 @@ class NullTask:
         return marker_name(self.stage, f"{self.null}-c{self.chunk:05d}")
 
 
-Task = ExtractTask | TestTask | BaselineTask | NullTask
+Task = PrepareTask | ExtractTask | TestTask | BaselineTask | NullTask
 
 
 @dataclass(frozen=True)
@@ -279,14 +307,25 @@ class SweepPlan:
     matched_nulls: MatchedNullsPlan | None = None
 
     def depends_on(self, task: Task) -> tuple[str, ...]:
-        """Keys of the tasks `task` must wait for: a test waits for its shard's extraction, a
+        """Keys of the tasks `task` must wait for, possibly none: a test waits for its shard's
+        extraction, an extraction for its model's preparation (when the model has one), a
         size-matched null task for every test task of its model."""
         if isinstance(task, TestTask):
             return (extract_key(task.model, task.shard),)
+        if isinstance(task, ExtractTask) and prepare_key(task.model) in self._prepare_keys:
+            return (prepare_key(task.model),)
         if isinstance(task, NullTask):
             model = next(m for m in self.models if m.name == task.model)
             return tuple(test_key(model.name, shard) for shard in range(model.n_shards))
         return ()
+
+    @cached_property
+    def _prepare_keys(self) -> frozenset[str]:
+        return frozenset(t.key for t in self.tasks if isinstance(t, PrepareTask))
+
+
+def prepare_key(model: str) -> str:
+    return f"prepare-{model}"
 
 
 def extract_key(model: str, shard: int) -> str:
@@ -339,6 +378,9 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
 def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
     store, cache = str(config.store), str(config.checkpoint_dir)
     tasks: list[Task] = []
+    if needs_preparation(plan.spec):
+        tasks.append(PrepareTask(prepare_key(plan.name), store, plan.name, plan.spec,
+                                 plan.dataset, cache))
     for shard in range(plan.n_shards):
         start, stop = plan.shard_range(shard)
         tasks.append(ExtractTask(

@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from tqdm import tqdm
+
 from storage import markers
 from storage.lock import StoreLock
 from storage.store import (
@@ -29,49 +31,73 @@ from sweep.config import SweepConfig
 from sweep.faults import TASK_FAILURE
 from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
 from sweep.interrupts import Interrupted
-from sweep.plan import ExtractTask, ModelFacts, SweepPlan, Task, TestTask, build_plan
+from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
 from sweep.preflight import check_before_lock, check_plan_fits_store
-from workers.extraction import load_extractor, model_dataset, prepare_model
-from workers.inputs import open_dataset
+from workers.extraction import model_dataset
+from workers.inputs import Dataset, open_dataset
 from workers.models import resolve_model
-from workers.models.ft_options import measured_layers
+from workers.models.token_layout import TokenLayout, token_layout
 from workers.tasks import run_task
 
 FACT_BATCH = 256  # inputs per token_counts call while sizing
 
 
-def gather_facts(config: SweepConfig, name: str, *, train: bool = True) -> ModelFacts:
-    """Input ids, layer count and token counts of one model, without a forward pass.
+def say(line: str, progress: bool) -> None:
+    """One line of what the driver is doing, on stderr, when progress is on and stderr is a
+    terminal (logs and captured output keep only results and one-line errors)."""
+    if progress and sys.stderr.isatty():
+        print(line, file=sys.stderr, flush=True)
 
-    With `train`, FT-Transformer is trained and cached here, once, before workers load it.
-    When the store already holds the model, its sizes come from the store (no model load).
+
+def _token_counts(name: str, layout: TokenLayout, dataset: Dataset, progress: bool) -> list[int]:
+    """Every input's real tokens: one value for fixed layouts, the tokenizer in batches else
+    (a bar on a terminal)."""
+    if not layout.per_input:
+        return layout.token_counts(range(len(dataset)))
+    counts: list[int] = []
+    with tqdm(total=len(dataset), desc=f"tokenizing {name}", unit="input", file=sys.stderr,
+              disable=None if progress else True, leave=False) as bar:
+        for first in range(0, len(dataset), FACT_BATCH):
+            items = dataset.load(range(first, min(first + FACT_BATCH, len(dataset))))
+            counts.extend(layout.token_counts(items))
+            bar.update(len(items))
+    return counts
+
+
+def gather_facts(config: SweepConfig, name: str, *, progress: bool = False) -> ModelFacts:
+    """Input ids, layer count and token counts of one model, from its spec and dataset alone.
+
+    O(1) per model for images and tables (no model built, no weights, no input decoded: see
+    `workers.models.token_layout`), one tokenizer pass for text; nothing is trained here (that is
+    the model's `PrepareTask`). When the store already holds the model, its sizes come from the
+    store. With `progress`, one line on stderr says what was planned.
     """
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
     dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
-    if train:
-        prepare_model(spec, dataset, config.checkpoint_dir)
     stored = stored_model_attrs(config.store, name)
     if stored is not None:
-        return ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
-                          stored["cube_sum"])
-    if spec.family == "ft-transformer" and not train and dataset.table is not None:
-        # Sized from its hyperparameters: loading it would train it. CLS + one token per feature.
-        tokens = len(dataset.table.feature_names) + 1
-        return ModelFacts.from_counts(tuple(dataset.ids), measured_layers(spec.options),
-                                      (tokens,) * len(dataset))
-    extractor = load_extractor(spec, dataset=dataset, cache_dir=config.checkpoint_dir,
-                               device="cpu", dtype=config.model_setting(name, "dtype"))
-    counts: list[int] = []
-    for first in range(0, len(dataset), FACT_BATCH):
-        items = dataset.load(range(first, min(first + FACT_BATCH, len(dataset))))
-        counts.extend(int(c) for c in extractor.token_counts(items))
-    return ModelFacts.from_counts(tuple(dataset.ids), int(extractor.n_layers), counts)
+        facts = ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
+                           stored["cube_sum"])
+        say(f"planning {name}: {len(dataset)} inputs, T_max {facts.t_max}, {facts.n_layers} "
+            "layers (from the store)", progress)
+        return facts
+    layout = token_layout(spec, dataset)
+    counts = _token_counts(name, layout, dataset, progress)
+    facts = ModelFacts.from_counts(tuple(dataset.ids), layout.n_layers, counts)
+    tokens = f"{facts.t_max} tokens" if not layout.per_input else \
+        f"{min(counts)}-{facts.t_max} tokens"
+    say(f"planning {name}: {len(dataset)} inputs, {tokens}, {facts.n_layers} layers", progress)
+    return facts
 
 
-def materialise(config: SweepConfig) -> SweepPlan:
-    """Plan the sweep and create (or extend, or check) its store. Call with the lock held."""
-    facts = {name: gather_facts(config, name) for name in config.models}
+def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
+    """Plan the sweep and create (or extend, or check) its store. Call with the lock held.
+
+    Runs before any task: the store's arrays, fingerprints and refusals are all decided here.
+    """
+    say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
+    facts = {name: gather_facts(config, name, progress=progress) for name in config.models}
     plan = with_digests(build_plan(config, facts), plan_digests(config, list(facts)))
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
@@ -104,7 +130,8 @@ def materialise(config: SweepConfig) -> SweepPlan:
 
 def pending_tasks(plan: SweepPlan) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
-    its test (its done marker is cleared: the data it vouched for is about to be rewritten).
+    its test (its done marker is cleared: the data it vouched for is about to be rewritten), and
+    a model whose tests rerun reruns its size-matched nulls (drawn at the tested sizes).
     Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun."""
     for task in [*stale_extractions(plan), *damaged_tasks(plan)]:
         markers.clear(task.store, task.scope, task.marker)
@@ -113,9 +140,13 @@ def pending_tasks(plan: SweepPlan) -> list[Task]:
         return markers.is_done(task.store, task.scope, task.marker)
 
     redo = {(t.model, t.shard) for t in plan.tasks if isinstance(t, ExtractTask) and not done(t)}
+    retested = {t.model for t in plan.tasks
+                if isinstance(t, TestTask) and ((t.model, t.shard) in redo or not done(t))}
     pending = []
     for task in plan.tasks:
         if isinstance(task, TestTask) and (task.model, task.shard) in redo:
+            markers.clear(task.store, task.scope, task.marker)
+        if isinstance(task, NullTask) and task.model in retested:
             markers.clear(task.store, task.scope, task.marker)
         if not done(task):
             pending.append(task)
@@ -256,5 +287,5 @@ def locked(config: SweepConfig) -> Iterator[None]:
 def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True) -> RunSummary:
     """Lock the store, plan and create/extend it, run what is not done yet."""
     with locked(config):
-        plan = materialise(config)
+        plan = materialise(config, progress=progress)
         return execute_plan(plan, executor, progress=progress)

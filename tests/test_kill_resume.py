@@ -54,8 +54,9 @@ def done_markers(store: Path) -> list[Path]:
 
 
 N_NULLS = 5  # every null, by default
-# extract + test per shard of both models, baseline chunks per null, matched nulls per model
-N_TASKS = 2 * (6 + 8) + N_NULLS * 2 * 3 + 2 * N_NULLS * 2
+# extract + test per shard of both models, FT's preparation, baseline chunks per null, matched
+# nulls per model
+N_TASKS = 2 * (6 + 8) + 1 + N_NULLS * 2 * 3 + 2 * N_NULLS * 2
 
 
 @pytest.fixture(scope="module")

@@ -6,7 +6,15 @@ import pytest
 
 from sweep.commands.plan import describe
 from sweep.config import parse_config
-from sweep.plan import BaselineTask, ExtractTask, ModelFacts, NullTask, TestTask, build_plan
+from sweep.plan import (
+    BaselineTask,
+    ExtractTask,
+    ModelFacts,
+    NullTask,
+    PrepareTask,
+    TestTask,
+    build_plan,
+)
 
 CONFIG = {
     "store": "/tmp/never-written.zarr",
@@ -51,14 +59,28 @@ def test_keys_are_deterministic_unique_and_tests_follow_their_extraction():
             shards = 3 if task.model == "vit" else 2
             assert plan.depends_on(task) == tuple(f"test-{task.model}-{s:05d}"
                                                   for s in range(shards))
+        elif isinstance(task, ExtractTask) and task.model == "ft":
+            assert plan.depends_on(task) == ("prepare-ft",)
         else:
             assert plan.depends_on(task) == ()
 
 
+def test_a_model_that_trains_is_prepared_by_one_task_before_its_extractions():
+    keys = [t.key for t in plan_of().tasks]
+    prepares = [t for t in plan_of().tasks if isinstance(t, PrepareTask)]
+    assert [(t.key, t.model, t.scope, t.marker) for t in prepares] == [
+        ("prepare-ft", "ft", "ft", "prepare")]
+    assert prepares[0].resources == {"GPU": 1}
+    first_extract = keys.index("extract-ft-00000")
+    assert keys.index("prepare-ft") < first_extract
+    assert not any(k.startswith("prepare-vit") for k in keys)  # random weights: nothing to do
+
+
 def test_each_task_type_is_tagged_with_its_pool():
     resources = {type(t).__name__: t.resources for t in plan_of().tasks}
-    assert resources == {"ExtractTask": {"GPU": 1}, "TestTask": {"CPU": 1},
-                         "BaselineTask": {"CPU": 1}, "NullTask": {"CPU": 1}}
+    assert resources == {"PrepareTask": {"GPU": 1}, "ExtractTask": {"GPU": 1},
+                         "TestTask": {"CPU": 1}, "BaselineTask": {"CPU": 1},
+                         "NullTask": {"CPU": 1}}
 
 
 def test_baseline_chunks_cover_every_trial_once():

@@ -27,19 +27,20 @@ from storage.store import (
     write_matched_nulls,
     write_results,
     write_tokens,
+    write_training_record,
 )
 from workers.baseline import holding_in_blocks
 from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
 from workers.errors import ExtractionError, InputError
-from workers.extraction import Extractor, load_extractor, model_dataset
+from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms
 from workers.readings import READING_EVALUATORS, attaining_kinds
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
-    from sweep.plan import BaselineTask, ExtractTask, NullTask, TestTask
+    from sweep.plan import BaselineTask, ExtractTask, NullTask, PrepareTask, TestTask
 
 MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
 _DATASETS: dict[str, Dataset] = {}
@@ -107,6 +108,19 @@ def shard_chunks(group: zarr.Group, names: tuple[str, ...], shard: int, start: i
             coords = [(shard,) + (0,) * (array.ndim - 1)]
         files += chunk_files(array, coords)
     return files
+
+
+def run_prepare(task: PrepareTask) -> int:
+    """Prepare (train) the model, keep its training record in the store if it returns one, then
+    the marker. Holds the process's model lock throughout: torch's global RNG, which seeded
+    training and seeded model builds draw from, is shared by every thread of a worker."""
+    dataset = cached_dataset(task.dataset)
+    with _CACHE_LOCK:
+        record = prepare_model(task.spec, dataset, task.cache_dir)
+    if record is not None:
+        write_training_record(task.store, task.model, record)
+    mark_done(task.store, task.scope, task.marker)
+    return 1
 
 
 def run_extract(task: ExtractTask) -> int:
@@ -267,8 +281,9 @@ def run_null(task: NullTask) -> int:
     return sum(trials for trials, _, _ in counts)
 
 
-def run_task(task: ExtractTask | TestTask | BaselineTask | NullTask) -> int:
-    """Dispatch a task spec to its body; returns the number of inputs or trials it covered."""
-    runner = {"extract": run_extract, "test": run_test, "baseline": run_baseline,
-              "nulls": run_null}[task.stage]
+def run_task(task: PrepareTask | ExtractTask | TestTask | BaselineTask | NullTask) -> int:
+    """Dispatch a task spec to its body; returns the number of inputs or trials it covered
+    (models, for a preparation)."""
+    runner = {"prepare": run_prepare, "extract": run_extract, "test": run_test,
+              "baseline": run_baseline, "nulls": run_null}[task.stage]
     return runner(task)

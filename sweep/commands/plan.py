@@ -1,7 +1,8 @@
 """`sweep plan CONFIG [--cluster FILE]`: the resolved config, inputs/shards/tasks per model,
 estimated store size and kernel work, what an existing store already holds, and what the cluster
-file would start. Computes nothing (FT-Transformer is sized from its hyperparameters, untrained).
-Exit code 1 when some model cannot be sized here (missing data or weights), each named."""
+file would start. Computes nothing: no model is built, no weight loaded, no image decoded, nothing
+trained (sizes come from the specs: `workers.models.token_layout`); what it is doing goes to
+stderr. Exit code 1 when some model cannot be sized here (missing data or config), each named."""
 
 from __future__ import annotations
 
@@ -40,12 +41,13 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def collect_facts(config: SweepConfig) -> tuple[dict[str, ModelFacts], dict[str, str]]:
+def collect_facts(config: SweepConfig, *, progress: bool = False
+                  ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
     """Facts of every model that can be sized here; for the others, why not (one line each)."""
     facts, problems = {}, {}
     for name in config.models:
         try:
-            facts[name] = gather_facts(config, name, train=False)
+            facts[name] = gather_facts(config, name, progress=progress)
         except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
             problems[name] = error_line(error)
     return facts, problems
@@ -97,7 +99,8 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         f"total: {total_tasks} tasks; attention {human_bytes(total_bytes)} uncompressed "
         f"(float32, padded to T_max); test work {total_work:.3g} pair-elements "
         f"(sum of L * T^3/2 per token set: an upper bound)",
-        f"extraction tasks take the GPU resource, test and baseline tasks the CPU resource; "
+        f"preparation (training) and extraction tasks take the GPU resource, test and baseline "
+        f"tasks the CPU resource; "
         f"checkpoints cache: {plan.config.checkpoint_dir}",
     ]
     for name, problem in problems.items():
@@ -112,7 +115,7 @@ def plan(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     print("resolved config:")
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
-    facts, problems = collect_facts(config)
+    facts, problems = collect_facts(config, progress=True)
     sweep_plan = build_plan(config, facts)
     for line in describe(sweep_plan, problems):
         print(line)

@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
         check_devices(config)  # remote workers may have GPUs this machine lacks
     with locked(config):
         try:
-            plan = materialise(config)
+            plan = materialise(config, progress=progress)
         except KeyboardInterrupt:
             raise Interrupted(f"while planning, before any task ran; store {config.store} "
                               f"unlocked; rerun to resume") from None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib import resources
 from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
@@ -59,9 +60,10 @@ class SampleImages(Dataset):
     kind = "image"
 
     def __init__(self, spec: DatasetSpec) -> None:
-        from sklearn.datasets import load_sample_images
-
-        self.files = [Path(f) for f in load_sample_images().filenames]
+        # The files `sklearn.datasets.load_sample_images` reads, in its order, without decoding.
+        folder = resources.files("sklearn.datasets.images")
+        self.files = sorted(Path(str(f)) for f in folder.iterdir()
+                            if f.is_file() and f.name.endswith(".jpg"))
         rows, cols = TILE_GRID
         ids = [f.name for f in self.files]
         ids += [
