@@ -415,14 +415,20 @@ def _null_tasks(store: Path, model: ModelPlan, plan: MatchedNullsPlan) -> list[T
     ]
 
 
+def baseline_plan(config: SweepConfig) -> BaselinePlan | None:
+    """The configured config-size baseline (None without one): the one owner of its
+    fingerprint inputs, for the plan and for the refusals decided before the lock."""
+    if config.baseline is None:
+        return None
+    b = config.baseline
+    return BaselinePlan(tuple(b.sizes), b.trials, b.seed, b.chunk_trials, config.tol,
+                        tuple(b.nulls))
+
+
 def build_plan(config: SweepConfig, facts: dict[str, ModelFacts]) -> SweepPlan:
     """The sweep for the models in `facts` (in config order) and the configured baseline."""
     models = tuple(model_plan(config, name, facts[name]) for name in config.models if name in facts)
-    baseline = None
-    if config.baseline is not None:
-        b = config.baseline
-        baseline = BaselinePlan(tuple(b.sizes), b.trials, b.seed, b.chunk_trials, config.tol,
-                                tuple(b.nulls))
+    baseline = baseline_plan(config)
     matched = None
     if config.matched_nulls is not None:
         m = config.matched_nulls

@@ -19,6 +19,7 @@ from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
+from sweep.plan import baseline_plan
 from workers.errors import InputError, StoreDamagedError
 from workers.models import resolve_model
 
@@ -78,11 +79,8 @@ def _config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
 
 
 def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
-    b = config.baseline
-    if b is None:
-        return None
-    return {"sizes": list(b.sizes), "trials": b.trials, "seed": b.seed,
-            "chunk_trials": b.chunk_trials, "tol": config.tol}
+    plan = baseline_plan(config)
+    return None if plan is None else plan.fingerprint_inputs()
 
 
 def _finished_groups(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from sweep.cli import main
 from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, gather_facts, run_sweep
-from workers.extraction import load_extractor
+from workers.extraction import load_extractor, model_dataset
 from workers.inputs import open_dataset
 from workers.models import PRESETS, resolve_model
 from workers.models import ft_transformer as ft_module
@@ -37,6 +37,7 @@ FT = "{source: ft-transformer, dataset: wine, options: {max_epochs: 2, n_blocks:
 def write_config(folder: Path, models: dict[str, str]) -> Path:
     lines = [
         "store: sweep.zarr", "shard_size: 4", "retries: 0", "cache_dir: cache",
+        "matched_nulls: null",
         "datasets:",
         "  photos: {source: 'sklearn:sample_images', limit: 4}",
         "  topics: {source: 'pydoc:topics', limit: 6}",
@@ -59,8 +60,8 @@ def test_planned_sizes_equal_what_extraction_produces(tmp_path):
     config = load_config(write_config(tmp_path, every_family()))
     for name, entry in config.models.items():
         facts = gather_facts(config, name)
-        dataset = open_dataset(config.datasets[entry.dataset].to_spec())
         spec = resolve_model(entry.source, **entry.options)
+        dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
         extractor = load_extractor(spec, dataset=dataset,
                                    cache_dir=config.checkpoint_dir, device="cpu")
         outs = extractor.extract(dataset.load(range(len(dataset))), dataset.ids)
@@ -101,8 +102,9 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
     assert main(["plan", str(path)]) == 0
     out, err = capsys.readouterr()
     row = next(line for line in out.splitlines() if line.startswith("ft "))
-    assert row.split()[2:7] == ["5", "2", "2", "14", "5"]  # inputs shards L T tasks (+prepare)
-    assert "planning ft: 5 inputs, 14 tokens, 2 layers" in err.splitlines()
+    # inputs shards L T tasks (+prepare); 2 blocks, the last one left out (last_block: skip)
+    assert row.split()[2:7] == ["5", "2", "1", "14", "5"]
+    assert "planning ft: 5 inputs, 14 tokens, 1 layers" in err.splitlines()
     assert "planning tiny-roberta: 6 inputs, " in err
     assert not (tmp_path / "cache").exists() and not (tmp_path / "sweep.zarr").exists()
 
@@ -160,13 +162,14 @@ def test_a_failed_preparation_blocks_its_extractions_and_their_tests(
             summary = run_sweep(config, DaskExecutor(client), progress=False)
     else:
         summary = run_sweep(config, InProcessExecutor(), progress=False)
-    assert summary.failed == {"prepare-ft": "RuntimeError: training diverged"}
+    assert list(summary.failed) == ["prepare-ft"]
+    assert summary.failed["prepare-ft"].splitlines()[0] == "RuntimeError: training diverged"
     assert sorted(summary.blocked) == ["extract-ft-00000", "extract-ft-00001",
                                        "test-ft-00000", "test-ft-00001"]
     assert sorted(summary.completed) == ["extract-vit-00000", "test-vit-00000"]
     assert summary.exit_code == 1 and not any(k.startswith("extract-ft") for k in order)
     assert main(["status", str(config.store)]) == 1
     out = capsys.readouterr().out
-    assert "failed ft prepare: prepare-ft: RuntimeError: training diverged" in out
+    assert "failed ft prepare: RuntimeError: training diverged" in out
     np.testing.assert_array_equal(
         zarr.open_group(str(config.store / "ft"), mode="r")["n_tokens"][:], 0)

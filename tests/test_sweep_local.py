@@ -106,7 +106,8 @@ def numpy_loop(store: Path, model: str) -> dict[str, np.ndarray]:
                 result = check(r.matrix, tol=1e-12, special=special_mask(kinds)[r.kept])
                 restricted.append(r.matrix)
                 for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                             "holds_by_characterisation", "attaining_pairs", "attaining_special"):
+                             "holds_by_characterisation", "attaining_pairs", "attaining_special",
+                             "slack", "content_gap"):
                     out[name][i, layer, s] = getattr(result, name)[0]
                 pair = result.pair[0]
                 out["pair_i"][i, layer, s] = r.kept[pair[0]] if pair[0] >= 0 else -1
