@@ -15,6 +15,7 @@ import sys
 from distributed import Client, Future, as_completed
 from tqdm import tqdm
 
+from sweep.interrupts import raise_if_interrupted
 from sweep.plan import SweepPlan, Task
 from sweep.runner import failure_text
 from workers.tasks import run_task
@@ -72,6 +73,7 @@ class DaskExecutor:
         with tqdm(total=len(futures), desc="sweep", unit="task", file=sys.stderr,
                   disable=not progress) as bar:
             for future in as_completed(futures.values()):
+                raise_if_interrupted()  # a Ctrl-C that a compiler callback swallowed
                 if future.status == "error":
                     error = future.exception()
                     errors[future.key] = error.with_traceback(future.traceback())

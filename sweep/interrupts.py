@@ -22,6 +22,21 @@ class Interrupted(KeyboardInterrupt):
 
 
 _started_with: list[Any] = []  # the handler `remember_sigint` saw, once
+_received = threading.Event()  # a SIGINT arrived (even if its KeyboardInterrupt was swallowed)
+
+
+def _on_sigint(signum: int, frame: Any) -> None:
+    """Python's own handler, remembering the signal: a KeyboardInterrupt raised inside a
+    callback that swallows exceptions (numba's compiler, ctypes callbacks) is not lost."""
+    _received.set()
+    signal.default_int_handler(signum, frame)
+
+
+def raise_if_interrupted() -> None:
+    """KeyboardInterrupt if Ctrl-C arrived and was swallowed where it was raised (call between
+    tasks)."""
+    if _received.is_set():
+        raise KeyboardInterrupt
 
 
 def _main_thread() -> bool:
@@ -42,4 +57,6 @@ def restore_sigint() -> None:
     handler = _started_with[0] if _started_with else signal.default_int_handler
     if not callable(handler) and handler != signal.SIG_IGN:
         handler = signal.default_int_handler  # SIG_DFL or None: Python's own
+    if handler is signal.default_int_handler:
+        handler = _on_sigint
     signal.signal(signal.SIGINT, handler)

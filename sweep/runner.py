@@ -30,7 +30,7 @@ from storage.store import (
 from sweep.config import SweepConfig
 from sweep.faults import TASK_FAILURE
 from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
-from sweep.interrupts import Interrupted
+from sweep.interrupts import Interrupted, raise_if_interrupted
 from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
 from sweep.preflight import check_before_lock, check_plan_fits_store
 from workers.extraction import model_dataset
@@ -210,6 +210,7 @@ class InProcessExecutor:
         blocked: list[str] = []
         stopped: set[str] = set()  # failed or blocked: what depends on them is blocked too
         for task in tasks:
+            raise_if_interrupted()  # a Ctrl-C that a compiler callback swallowed
             if any(dependency in stopped for dependency in plan.depends_on(task)):
                 blocked.append(task.key)
                 stopped.add(task.key)
@@ -252,6 +253,7 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) 
     try:
         outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries,
                                                      progress)
+        raise_if_interrupted()
     except KeyboardInterrupt:
         done = sum(markers.is_done(t.store, t.scope, t.marker) for t in plan.tasks)
         raise Interrupted(

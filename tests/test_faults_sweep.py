@@ -228,3 +228,21 @@ def test_changed_ft_options_are_refused_before_any_training(tmp_path, capsys, mo
     line = one_stderr_line(capsys.readouterr().err)
     assert "models.ft.model.config.max_epochs: 3 -> 4" in line
     assert tree_digest(tmp_path) == before
+
+
+def test_a_ctrl_c_swallowed_where_it_was_raised_still_stops_the_run(monkeypatch):
+    """numba's compiler calls back through ctypes, which swallows the KeyboardInterrupt of a
+    Ctrl-C landing there: the handler remembers the signal and the executors stop between
+    tasks."""
+    import threading
+
+    from sweep import interrupts
+
+    monkeypatch.setattr(interrupts, "_received", threading.Event())
+    interrupts.raise_if_interrupted()  # nothing arrived: no-op
+    try:
+        interrupts._on_sigint(signal.SIGINT, None)
+    except KeyboardInterrupt:
+        pass  # swallowed, as a ctypes callback does
+    with pytest.raises(KeyboardInterrupt):
+        interrupts.raise_if_interrupted()
