@@ -52,6 +52,10 @@ NULLS_GROUP = "nulls"  # size-matched nulls, inside each model group
 NULLS_STAGE = "nulls"
 PREPARE_STAGE = "prepare"  # a model's preparation (training); its marker is named `prepare`
 BOOKKEEPING_DIR = ".sweep"
+SLACK_WINDOW = 1e-6
+"""W: the stored `slack` and `content_gap` (`workers.equality.EqualityResult`) are exact up to
+max(tol, W) and +inf above it, so every tolerance-dependent verdict can be re-applied from them
+at any tolerance <= W."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +111,7 @@ RESULT_VARS: dict[str, Var] = {
     "slack": Var(
         RESULT_DIMS, "float64", np.nan, "min over pairs of the combined slack (kappa - kappa_ij)/2 "
         "+ s_ij/2: holds_by_characterisation == (slack <= tol); exact up to "
-        "workers.equality.SLACK_WINDOW, +inf above it",
+        "SLACK_WINDOW, +inf above it",
     ),
     "content_gap": Var(
         RESULT_DIMS, "float64", np.nan, "min over pairs without a special token of kappa - "

@@ -16,8 +16,8 @@ import shutil
 from pathlib import Path
 from types import TracebackType
 
+from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
-from workers.errors import InputError
 
 
 class StoreBusyError(InputError):

@@ -18,6 +18,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
     FORMAT,
@@ -25,13 +26,12 @@ from storage.layout import (
     NULLS_GROUP,
     RESULT_VARS,
     RESULTS_GROUP,
+    SLACK_WINDOW,
     ResultStatus,
     Var,
 )
 from storage.query_nulls import baseline_dataset, matched_nulls_dataset
-from workers.baseline import wilson_interval
-from workers.equality import SLACK_WINDOW
-from workers.errors import InputError
+from storage.statistics import wilson_interval
 
 GROUP_KEYS = ("model", "layer", "token_set", "depth")
 COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")

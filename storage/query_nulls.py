@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
     BASELINE_VARS,
@@ -21,8 +22,7 @@ from storage.layout import (
     NULLS_GROUP,
     Var,
 )
-from workers.baseline import wilson_interval
-from workers.errors import InputError
+from storage.statistics import wilson_interval
 
 LEGACY_NULL = "uniform"  # what a store from before named nulls holds (the same stream)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from storage.errors import StoreDamagedError
 from storage.integrity import damaged_chunks
 from storage.layout import (
     BASELINE_GROUP,
@@ -22,7 +23,6 @@ from storage.layout import (
 )
 from storage.markers import marker_name, read_state, vouched_chunks
 from storage.store import open_root
-from workers.errors import StoreDamagedError
 
 
 @dataclass

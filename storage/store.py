@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import zarr
 
+from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import (
     BASELINE_GROUP,
@@ -39,7 +40,6 @@ from storage.layout import (
     RESULTS_GROUP,
     Var,
 )
-from workers.errors import InputError, StoreDamagedError
 
 VERSIONED = (
     "dobrushin-sweep", "numpy", "zarr", "torch", "transformers", "timm",

@@ -19,11 +19,11 @@ import dask
 import yaml
 from distributed import Client
 
+from storage.errors import InputError
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
 from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
 from sweep.clusters.slurm import job_scripts, start_slurm
-from workers.errors import InputError
 
 __all__ = [
     "ClusterConfig",

@@ -25,12 +25,12 @@ from pydantic import (
     model_validator,
 )
 
+from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
 from sweep.controls import expand_controls
 from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
-from workers.errors import InputError
 from workers.inputs import DatasetSpec, infer_kind
 from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from workers.errors import InputError
+from storage.errors import InputError
 
 if TYPE_CHECKING:
     from sweep.config import SweepConfig

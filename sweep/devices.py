@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import re
 
+from storage.errors import EnvironmentFault
 from sweep.config import SweepConfig
-from workers.errors import EnvironmentFault
 
 CUDA = re.compile(r"^cuda(?::(\d+))?$")
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import errno
 
-from workers.errors import EnvironmentFault, ExtractionError, InputError, StoreDamagedError
+from storage.errors import EnvironmentFault, ExtractionError, InputError, StoreDamagedError
 
 EXIT_FAILED, EXIT_INPUT, EXIT_ENVIRONMENT, EXIT_DAMAGED, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 

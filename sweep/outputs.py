@@ -7,7 +7,7 @@ import errno
 import os
 from pathlib import Path
 
-from workers.errors import InputError
+from storage.errors import InputError
 
 
 def first_existing(path: Path) -> Path:

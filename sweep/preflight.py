@@ -15,12 +15,12 @@ from typing import Any
 
 import zarr
 
+from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
 from sweep.plan import baseline_plan
-from workers.errors import InputError, StoreDamagedError
 from workers.models import resolve_model
 
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)

@@ -21,7 +21,7 @@ import xarray as xr
 
 from storage.query import model_names
 from storage.query_nulls import matched_null_table
-from workers.baseline import wilson_interval
+from storage.statistics import wilson_interval
 
 LIFT_COLUMNS = ["observed_inputs", "observed_holding", "observed_rate", "lift", "lift_ci_low",
                 "lift_ci_high"]

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from yaml.constructor import ConstructorError
 
-from workers.errors import InputError
+from storage.errors import InputError
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from workers.baseline import (
     BLOCK,
     baseline_blocks,
@@ -13,7 +14,6 @@ from workers.baseline import (
     run_baseline,
     wilson_interval,
 )
-from workers.errors import InputError
 
 
 def test_draws_are_row_stochastic_with_uniform_simplex_rows():

@@ -10,10 +10,10 @@ import pytest
 import yaml
 from distributed import Worker
 
+from storage.errors import InputError
 from sweep.cluster import ClusterConfig, describe_cluster, load_cluster_config
 from sweep.clusters.local import local_pools, use_processes, worker_specs
 from sweep.clusters.slurm import job_scripts
-from workers.errors import InputError
 
 REPO_CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
 KINDS = ("local", "address", "slurm", "kubernetes")

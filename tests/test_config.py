@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from storage.errors import InputError
 from sweep.config import default_config_path, load_config
 from workers.equality import DEFAULT_TOL
-from workers.errors import InputError
 
 ISSUE_YAML = """\
 store: runs/demo.zarr          # created if missing, resumed if present

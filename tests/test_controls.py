@@ -11,15 +11,15 @@ import json
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from storage.query import open_results
+from storage.statistics import wilson_interval
 from sweep.cli import main
 from sweep.config import parse_config
 from sweep.plan import ModelFacts, build_plan
 from sweep.report import build_report, render_json, render_markdown
 from sweep.report_controls import newcombe_interval
 from tests.store_fixtures import EMPTY, OK, FixtureModel, write_store
-from workers.baseline import wilson_interval
-from workers.errors import InputError
 from workers.models import resolve_model
 
 CONFIG = {

@@ -9,9 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
+from storage.errors import InputError, NotStochasticError
 from workers import kernel
 from workers.equality import DEFAULT_TOL, check, validate_stochastic
-from workers.errors import InputError, NotStochasticError
 
 
 def pair_tv(x: np.ndarray) -> np.ndarray:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import ExtractionError
+from storage.errors import ExtractionError
 from workers.extraction import Batch, assemble
 
 KINDS = np.array([1, 0], dtype=np.int8)

@@ -7,8 +7,8 @@ import argparse
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from sweep.commands import extract
-from workers.errors import InputError
 
 
 def run(*argv: str) -> int:

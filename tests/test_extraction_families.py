@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from workers.errors import ExtractionError
+from storage.errors import ExtractionError
 from workers.extraction import Extractor, capture_attention, load_extractor
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import resolve_model

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.extraction import load_extractor, model_dataset, prepare_model
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import ft_transformer, resolve_model

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.models import ModelSpec, resolve_model
 from workers.models.ft_options import measured_layers
 

@@ -11,7 +11,7 @@ import pytest
 import timm
 from transformers import AutoConfig, AutoModel, ViTImageProcessor
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.extraction import load_extractor
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import PRESETS, STUDY_IMAGE_SIZE, resolve_model

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs import DatasetSpec, infer_kind, open_dataset
 
 

@@ -12,11 +12,11 @@ import yaml
 import zarr
 
 from storage import markers
+from storage.errors import InputError
 from storage.integrity import checksums, chunk_files, damaged_chunks, scan_store, variable_of
 from sweep.faults import classify, os_error_line
 from sweep.yaml_io import load_yaml, read_text
 from workers.digests import input_digests
-from workers.errors import InputError
 from workers.inputs import DatasetSpec, open_dataset
 
 

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from storage.layout import ResultStatus
 from storage.query import open_results
 from storage.store import create_root, ensure_matched_nulls
@@ -19,7 +20,6 @@ from sweep.runner import InProcessExecutor
 from tests.store_fixtures import FixtureModel, write_store
 from workers import matched
 from workers.baseline import chunk_span
-from workers.errors import InputError
 from workers.matched import SizeHistogram, matched_holding, matched_key, size_histograms
 from workers.tasks import run_null
 

@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.models import PRESETS, ModelSpec, resolve_model
 
 STUDY = [

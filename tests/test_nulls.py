@@ -7,10 +7,10 @@ import hashlib
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from sweep.config import parse_config
 from workers.baseline import BLOCK, baseline_blocks, holding_in_blocks, run_baseline
 from workers.equality import check
-from workers.errors import InputError
 from workers.nulls import (
     NULLS,
     check_sizes_fit,

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from distributed import KilledWorker, get_worker
 
+from storage.errors import InputError
 from sweep.cluster import ClusterConfig, open_client
-from workers.errors import InputError
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -8,6 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from storage.errors import NotStochasticError
 from tests.test_equality import oracle, pair_tv
 from workers import pruned
 from workers.equality import (
@@ -18,7 +19,6 @@ from workers.equality import (
     check,
     validate_stochastic,
 )
-from workers.errors import NotStochasticError
 
 KINDS = ("dirichlet", "identity", "identical", "near_uniform", "one_hot", "permutation", "sink",
          "integer", "block")

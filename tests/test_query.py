@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import zarr
 
+from storage.errors import InputError
 from storage.query import (
     attaining_special,
     holding_rates,
@@ -15,7 +16,6 @@ from storage.query import (
     open_results,
 )
 from tests.store_fixtures import FixtureModel, hand_store, write_store
-from workers.errors import InputError
 
 
 @pytest.fixture(scope="module")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from storage.errors import InputError, NotStochasticError
 from workers.equality import (
     check,
     kappa_only,
@@ -14,7 +15,6 @@ from workers.equality import (
     rollout,
     validate_stochastic,
 )
-from workers.errors import InputError, NotStochasticError
 
 
 def stochastic(rng: np.random.Generator, *shape: int) -> np.ndarray:

@@ -8,10 +8,10 @@ import typing
 import numpy as np
 import pytest
 
+from storage.errors import InputError
 from sweep.config import Rollout, parse_config
 from sweep.plan import ModelFacts, TestTask, build_plan
 from workers.equality import ROLLOUT_MODES, restrict_layers, rollout
-from workers.errors import InputError
 from workers.tasks import evaluate_input, evaluate_shard
 from workers.token_kinds import TokenKind
 

@@ -19,12 +19,12 @@ import pytest
 import zarr
 from distributed import as_completed, get_worker
 
+from storage.errors import InputError
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR
 from sweep.cluster import ClusterConfig, open_client
 from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
-from workers.errors import InputError
 
 REPO = Path(__file__).resolve().parents[1]
 

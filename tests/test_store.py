@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 from storage import markers
+from storage.errors import InputError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
 from storage.lock import StoreBusyError, StoreLock
@@ -30,7 +31,6 @@ from storage.store import (
     write_root_attrs,
     write_tokens,
 )
-from workers.errors import InputError
 
 IDS = [f"in{i}" for i in range(10)]
 INPUTS = {"tol": 1e-12, "model": {"name": "m", "config": {"depth": 2}}}

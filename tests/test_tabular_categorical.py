@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs import DatasetSpec, open_dataset
 from workers.inputs.tabular import make_table
 

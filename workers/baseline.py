@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.stats import norm
 
+from storage.errors import InputError
+from storage.statistics import wilson_interval
 from workers.equality import DEFAULT_TOL
-from workers.errors import InputError
 from workers.nulls import (
     DRAW_BYTES,  # noqa: F401 - re-exported: the draw size is part of the baseline's contract
     check_sizes_fit,
@@ -28,7 +28,6 @@ from workers.nulls import (
 )
 
 BLOCK = 1000  # trials per block: the unit of randomness, fixed so results never depend on chunks
-Z95 = float(norm.ppf(0.975))  # 1.959963984540054
 
 
 def n_blocks(trials: int) -> int:
@@ -92,18 +91,6 @@ def holding_in_blocks(
         h, d = count_holding(model, rng, n, count, tol, progress)
         holding, disagreements = holding + h, disagreements + d
     return holding, disagreements
-
-
-def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
-    """Wilson score interval for k successes in n trials (95% by default); exact 0 / 1 ends."""
-    if n <= 0:
-        return 0.0, 1.0
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    low = 0.0 if k == 0 else float(centre - half)
-    high = 1.0 if k == n else float(centre + half)
-    return low, high
 
 
 def baseline_record(n: int, trials: int, holding: int, disagreements: int,

@@ -19,8 +19,9 @@ import numba
 import numpy as np
 import threadpoolctl
 
+from storage.errors import InputError, NotStochasticError
+from storage.layout import SLACK_WINDOW
 from workers import kernel, pruned
-from workers.errors import InputError, NotStochasticError
 
 DEFAULT_TOL = 1e-12
 """Default tolerance on the margin. Float64 rounding of an n <= 4096 sum of a stochastic row is
@@ -87,9 +88,6 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
     return x
 
 
-SLACK_WINDOW = 1e-6
-"""W: `EqualityResult.slack` and `.content_gap` are exact up to max(tol, W) and +inf above it, so
-every tolerance-dependent verdict can be re-applied from them at any tolerance <= W."""
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.errors import ExtractionError, InputError
+from storage.errors import ExtractionError, InputError
 from workers.models import ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage.errors import InputError
 from storage.layout import ResultStatus
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
-from workers.errors import InputError
 from workers.nulls import count_holding, get_null, stable_int
 
 MATCHED_TAG = stable_int("matched-null")  # first spawn-key word: apart from config-size keys

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage.errors import InputError
 from workers.equality import DEFAULT_TOL, check
-from workers.errors import InputError
 
 NullDraw = Callable[[np.random.Generator, int, int], np.ndarray]
 

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
+from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files
 from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULT_VARS, RESULTS_GROUP, ResultStatus
@@ -32,7 +33,6 @@ from storage.store import (
 from workers.baseline import holding_in_blocks
 from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
-from workers.errors import ExtractionError, InputError
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms

@@ -20,8 +20,8 @@ from pydantic import (
     model_validator,
 )
 
+from storage.errors import InputError
 from sweep.yaml_io import load_yaml, read_text
-from workers.errors import InputError
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
 Gpus = Literal["auto"] | tuple[int, ...]

@@ -11,13 +11,13 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+from storage.errors import InputError
 from sweep.clusters.config import (
     ClusterConfig,
     KubernetesConfig,
     KubernetesPool,
     kubernetes_resources,
 )
-from workers.errors import InputError
 
 GPU_LIMIT = "nvidia.com/gpu"
 

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from distributed import Nanny, Scheduler, SpecCluster, Worker
 from distributed.system import MEMORY_LIMIT
 
+from storage.errors import InputError
 from sweep.clusters.config import ClusterConfig, Gpus, LocalConfig, LocalPool
-from workers.errors import InputError
 
 
 def cuda_devices(gpus: Gpus) -> tuple[int, ...]:

@@ -36,8 +36,8 @@ if TYPE_CHECKING:
 from distributed.core import Status
 from tornado.ioloop import PeriodicCallback
 
+from storage.errors import InputError
 from sweep.clusters.config import ClusterConfig, SlurmConfig, SlurmPool, slurm_resources
-from workers.errors import InputError
 
 POOLS = ("gpu", "cpu")
 

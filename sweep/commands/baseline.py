@@ -11,8 +11,8 @@ from contextlib import contextmanager
 
 from tqdm import tqdm
 
+from storage.errors import InputError
 from workers.baseline import run_baseline
-from workers.errors import InputError
 from workers.nulls import NULLS, parse_nulls
 
 DEFAULT_SIZES = "2,3,4,8,16,32,64,128,256"

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from storage.errors import InputError
 from workers.equality import DEFAULT_TOL, EqualityResult, check
-from workers.errors import InputError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from storage.errors import InputError
 from sweep.outputs import check_writable_folder, npz_path
-from workers.errors import InputError
 from workers.extraction import DTYPES, load_extractor, model_dataset, prepare_model
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
 from workers.models import resolve_model

@@ -7,13 +7,13 @@ import sys
 import warnings
 from pathlib import Path
 
+from storage.errors import InputError, StoreDamagedError
 from storage.integrity import damage_message, scan_store
 from storage.query import open_results
 from storage.store import open_root
 from sweep.outputs import check_writable_folder
 from sweep.plots import write_plots
 from sweep.report import RENDERERS, build_report, render_csv, table_names
-from workers.errors import InputError, StoreDamagedError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from workers.errors import InputError
+from storage.errors import InputError
 
 KINDS = ("image", "text", "tabular")
 

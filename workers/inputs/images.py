@@ -7,7 +7,7 @@ from pathlib import Path
 
 from PIL import Image, UnidentifiedImageError
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs.base import Dataset, DatasetSpec
 
 SAMPLE_SOURCE = "sklearn:sample_images"

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs.base import Dataset, DatasetSpec, Table
 
 BUNDLED = {  # name -> (loader in sklearn.datasets, task); offline

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs.base import Dataset, DatasetSpec
 
 PYDOC_SOURCE = "pydoc:topics"

@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.models import ft_options
 
 FAMILIES = ("hf", "timm", "ft-transformer")

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from rtdl_revisiting_models import FTTransformer
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.inputs import Table
 
 STATS = ("stats.feature_mean", "stats.feature_std", "stats.target_mean", "stats.target_std")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from workers.errors import InputError
+from storage.errors import InputError
 
 HEADS = 8  # attention_n_heads of the library's default configurations
 SPLITS = ("test", "all")

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from workers.errors import ExtractionError
+from storage.errors import ExtractionError
 from workers.inputs import Table
 from workers.models import ModelSpec
 from workers.models.ft_data import (

@@ -31,7 +31,7 @@ import torch
 from rtdl_revisiting_models import FTTransformer, MultiheadAttention
 from safetensors.torch import load_file, save_file
 
-from workers.errors import ExtractionError, InputError, StoreDamagedError
+from storage.errors import ExtractionError, InputError, StoreDamagedError
 from workers.extraction import Batch, Extractor, Sink
 from workers.inputs import Dataset, Table
 from workers.models import ModelSpec

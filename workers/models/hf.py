@@ -27,7 +27,7 @@ import torch
 from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenizer, BitImageProcessor
 from transformers.utils import logging as hf_logging
 
-from workers.errors import ExtractionError, InputError
+from storage.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
 from workers.models.random_init import control_seed, seeded

@@ -21,7 +21,7 @@ import torch
 from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
-from workers.errors import ExtractionError, InputError
+from storage.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
 from workers.models.random_init import control_seed, seeded

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from workers.errors import InputError
+from storage.errors import InputError
 from workers.models import ModelSpec
 from workers.models.ft_options import measured_layers
 

@@ -1,0 +1,20 @@
+"""Interval statistics for the store's readers and the report (a leaf: numpy, scipy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy.stats import norm
+
+Z95 = float(norm.ppf(0.975))  # 1.959963984540054
+
+
+def wilson_interval(k: int, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson score interval for k successes in n trials (95% by default); exact 0 / 1 ends."""
+    if n <= 0:
+        return 0.0, 1.0
+    p = k / n
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z / (1 + z * z / n) * np.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    low = 0.0 if k == 0 else float(centre - half)
+    high = 1.0 if k == n else float(centre + half)
+    return low, high
