@@ -204,3 +204,27 @@ def test_identity_at_large_n_is_fast_through_sparse_exact_sums():
         "kappa": 1.0, "kappa_factor": 1.0, "bound": 1.0, "margin": 0.0, "holds": True,
         "holds_by_characterisation": True, "pair": [0, 1], "attaining_pairs": n * (n - 1) // 2,
     }]
+
+
+def test_a_long_check_reports_progress_per_chunk_and_returns_the_same_numbers(monkeypatch):
+    """`check(progress=True)` on one large matrix ticks once per chunk of the long path (the
+    bar itself appears on a terminal only, after PROGRESS_DELAY_S) and changes no number."""
+    from workers import equality, pruned
+
+    ticks = []
+    real = pruned.check_within_matrices
+
+    def counting(*args):
+        assert len(args) == 11 and callable(args[-1])  # the tick is passed on this path only
+        return real(*args[:-1], lambda: ticks.append(1))
+
+    monkeypatch.setattr(pruned, "CHUNK_WORK", 1e5)  # many chunks at a small n
+    monkeypatch.setattr(pruned, "check_within_matrices", counting)
+    a = np.eye(512)
+    with_bar = equality.check(a, progress=True)
+    assert len(ticks) > 4
+    monkeypatch.setattr(pruned, "check_within_matrices", real)
+    plain = equality.check(a)
+    for name in ("kappa", "kappa_factor", "margin", "slack", "content_gap", "pair",
+                 "attaining_pairs", "holds", "holds_by_characterisation"):
+        np.testing.assert_array_equal(getattr(with_bar, name), getattr(plain, name))

@@ -12,12 +12,14 @@ bound = 0.5 * (1 + kappa(A)), margin = bound - kappa(M) (see `workers.kernel`).
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from dataclasses import dataclass
 
 import numba
 import numpy as np
 import threadpoolctl
+from tqdm import tqdm
 
 from storage.errors import InputError, NotStochasticError
 from storage.layout import SLACK_WINDOW
@@ -34,6 +36,7 @@ ROLLOUT_MODES = ("every", "last", "off")
 """Where the test stage computes the whole rollout's kappa: at every layer, at the last layer only
 (the products still run through every layer), or nowhere; results are NaN where not computed."""
 
+PROGRESS_DELAY_S = 2.0  # a long check shows its bar after this many seconds
 MATRICES_PER_THREAD = 4  # from this many matrices per thread on, threads take whole matrices
 PARALLEL_MIN_N = 400  # below it, threads take whole matrices (b >= threads) or one thread runs
 # (b = 1): a parallel launch costs as much as the kernel there, far more on a loaded machine
@@ -190,7 +193,7 @@ def _buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
 
 def _check_cpu(
     a: np.ndarray, validate: bool, tol: float, mask: np.ndarray, has_special: bool,
-    source: np.ndarray,
+    source: np.ndarray, progress: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The pruned exact kernel (`workers.pruned`) on a (b, n, n) batch: float32/float64 rows
     validated and renormalised per matrix when `validate`, else trusted float64. Raises
@@ -203,10 +206,19 @@ def _check_cpu(
         run, buffer_threads = pruned.check_within_matrices, 1
     else:
         run, buffer_threads = pruned.check_serial, 1
-    with _KERNEL_LOCK:
-        buffers = _buffers(n, validate, buffer_threads)
-        out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask, has_special,
-                                *buffers)
+    bar = None
+    if progress and run is pruned.check_within_matrices:  # the only path with long calls
+        bar = tqdm(desc="check", unit="chunk", file=sys.stderr, leave=False,
+                   delay=PROGRESS_DELAY_S, disable=None)
+    try:
+        with _KERNEL_LOCK:
+            buffers = _buffers(n, validate, buffer_threads)
+            extra = (bar.update,) if bar is not None else ()
+            out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask,
+                                    has_special, *buffers, *extra)
+    finally:
+        if bar is not None:
+            bar.close()
     if bad:
         validate_stochastic(source)  # names the first offender
         raise RuntimeError("the kernel rejected a batch validate_stochastic accepts")
@@ -219,6 +231,7 @@ def check(
     special: np.ndarray | None = None,
     validate: bool = True,
     device: str | None = None,
+    progress: bool = False,
 ) -> EqualityResult:
     """The equality test on an (n, n) or (b, n, n) row-stochastic batch, exact in float64.
 
@@ -227,6 +240,8 @@ def check(
     `device`: None runs the pruned numba CPU kernel (rows validated per matrix, no float64 copy
     of the batch); a torch device ("cuda", "cpu") screens with torch.cdist(p=1) there. Both
     verify in the oracle's float64 order and return the same numbers.
+    `progress`: a bar on stderr (a terminal only) for a single large matrix whose check takes
+    longer than PROGRESS_DELAY_S (ties everywhere); Ctrl-C acts between its chunks either way.
     """
     if not (np.isfinite(tol) and tol >= 0):
         raise InputError(f"tolerance {tol!r} must be a finite number >= 0 (default {DEFAULT_TOL})")
@@ -245,7 +260,7 @@ def check(
     if device is not None:
         out_f, out_i = _check_torch(x, float(tol), mask, has_special, device)
     else:
-        out_f, out_i = _check_cpu(x, validate, float(tol), mask, has_special, a)
+        out_f, out_i = _check_cpu(x, validate, float(tol), mask, has_special, a, progress)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
     bound = 0.5 * (1.0 + kappa)
     margin = bound - kappa_factor

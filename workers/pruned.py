@@ -433,10 +433,12 @@ CHUNK_WORK = 2e8  # float64 terms per chunk of a long check (about 0.1-0.5 s): C
 
 
 def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
-                          screens):
+                          screens, tick=None):
     """As `check_over_matrices`, one matrix at a time with the buffers of thread 0, each stage
     spread over the numba threads and cut into chunks of about CHUNK_WORK that return to Python
-    in between, so that a long check (ties everywhere at large n) can be interrupted."""
+    in between, so that a long check (ties everywhere at large n) can be interrupted; `tick`
+    (optional) is called after every chunk (progress)."""
+    tick = tick or _no_tick
     b, n = a.shape[0], a.shape[1]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
@@ -465,9 +467,10 @@ def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_sp
         step = max(1, int(CHUNK_WORK // (2 * TILE_ROWS * n * n / 4)))  # a strip pair: ~n^2/2
         for lo in range(0, total, step):
             screen_parallel(q, n, screened, lo, min(total, lo + step))
+            tick()
         a_i, a_j, m_i, m_j = select(matrix, screened, scale, rmax, tol, window)
-        kappa_factor = tv_chunked(matrix, m_i, m_j, True, maximum=True)[0]
-        a_tv = tv_chunked(matrix, a_i, a_j, False)
+        kappa_factor = tv_chunked(matrix, m_i, m_j, True, maximum=True, tick=tick)[0]
+        a_tv = tv_chunked(matrix, a_i, a_j, False, tick=tick)
         characterise(matrix, a_i, a_j, a_tv, kappa_factor, tol, window, special[m],
                      has_special, out_f, out_i, m)
     return out_f, out_i, bad
@@ -485,8 +488,12 @@ def _tv_split(x, rows_i, rows_j, parts):
     return out
 
 
+def _no_tick() -> None:
+    """No progress report."""
+
+
 def tv_chunked(x: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray, factor: bool,
-               maximum: bool = False) -> np.ndarray:
+               maximum: bool = False, tick=_no_tick) -> np.ndarray:
     """The oracle's kappa_ij of x (or of M = 0.5 * (I + x) when `factor`) for the listed
     pairs, as `kernel.tv_many` computes them, in chunks of about CHUNK_WORK terms; with
     `maximum` only their maximum, (1,), holding one chunk at a time."""
@@ -507,6 +514,7 @@ def tv_chunked(x: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray, factor: bo
     out[0] = -np.inf
     for lo in range(0, count, step):
         part = run(rows_i[lo:lo + step], rows_j[lo:lo + step])
+        tick()
         if maximum:
             out[0] = max(out[0], part.max())
         else:

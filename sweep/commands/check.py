@@ -85,7 +85,7 @@ def run(args: argparse.Namespace) -> int:
     """Load, validate and test; print the records (json lines) or a table (text)."""
     arrays = load_matrices(args.file)
     try:
-        result = check(arrays, tol=args.tol)
+        result = check(arrays, tol=args.tol, progress=True)
     except InputError as error:
         raise InputError(f"{args.file}: {error}") from error
     if args.format == "json":
