@@ -18,7 +18,8 @@ import numpy as np
 from numba import njit
 
 from storage.layout import AttainingKind, ResultStatus
-from workers.equality import check, restrict_layers, rollout, validate_stochastic
+from workers.cells import fill_rollout, fill_verdicts
+from workers.equality import check, restrict_layers, validate_stochastic
 from workers.token_kinds import TokenKind, special_mask
 
 U64 = 2.0**-53  # unit roundoff of float64
@@ -249,23 +250,9 @@ def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, t
         return
     kept = np.flatnonzero(content)
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
-    for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                 "holds_by_characterisation", "attaining_pairs", "attaining_special", "slack",
-                 "content_gap"):
-        out[name][ok] = getattr(result, name)
-    has_pair = result.pair[:, 0] >= 0
-    out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
-    out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
+    fill_verdicts(out, result, ok, kept)
     out["attaining_kind"][ok] = AttainingKind.CONTENT_ONLY
-    prefix = int(np.argmin(ok)) if not ok.all() else ok.size
-    if rollout_mode == "last" and prefix == ok.size:
-        kappa_r, bound_r = rollout(stack, bounds=result.bound, validate=False, layers_out="last")
-        out["rollout_kappa"][-1:] = kappa_r
-        out["rollout_bound"][-1:] = bound_r
-    elif rollout_mode == "every" and prefix:
-        kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
-        out["rollout_kappa"][:prefix] = kappa_r
-        out["rollout_bound"][:prefix] = bound_r
+    fill_rollout(out, stack, result.bound, ok, rollout_mode)
 
 
 READING_EVALUATORS = {

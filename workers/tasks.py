@@ -31,8 +31,9 @@ from storage.store import (
     write_training_record,
 )
 from workers.baseline import holding_in_blocks
+from workers.cells import fill_rollout, fill_verdicts
 from workers.digests import input_digests
-from workers.equality import ROLLOUT_MODES, check, restrict_layers, rollout
+from workers.equality import ROLLOUT_MODES, check, restrict_layers
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms
@@ -197,24 +198,10 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     if not ok.any():
         return out
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
-    for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                 "holds_by_characterisation", "attaining_pairs", "attaining_special", "slack",
-                 "content_gap"):
-        out[name][ok] = getattr(result, name)
-    has_pair = result.pair[:, 0] >= 0
-    out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
-    out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
+    fill_verdicts(out, result, ok, kept)
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
-    prefix = int(np.argmin(ok)) if not ok.all() else n_layers  # rollout stops at a failed layer
-    if rollout_mode == "last" and prefix == n_layers:
-        kappa_r, bound_r = rollout(stack, bounds=result.bound, validate=False, layers_out="last")
-        out["rollout_kappa"][-1:] = kappa_r
-        out["rollout_bound"][-1:] = bound_r
-    elif rollout_mode == "every" and prefix:
-        kappa_r, bound_r = rollout(stack[:prefix], bounds=result.bound[:prefix], validate=False)
-        out["rollout_kappa"][:prefix] = kappa_r
-        out["rollout_bound"][:prefix] = bound_r
+    fill_rollout(out, stack, result.bound, ok, rollout_mode)
     return out
 
 
