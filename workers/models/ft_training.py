@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 import time
 from typing import Any
 
 import numpy as np
 import torch
+from tqdm import tqdm
 
 from storage.errors import ExtractionError
 from workers.inputs import Table
@@ -86,17 +88,22 @@ def train(spec: ModelSpec, table: Table,
     stopped_by, epoch = "max_epochs", 0
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(spec.seed)  # dropout masks
+        bar = tqdm(total=max_epochs, desc=f"training {spec.name}", unit="epoch",
+                   file=sys.stderr, leave=False, disable=None)  # a bar on a terminal only
         for epoch in range(1, max_epochs + 1):
             history["train_loss"].append(
                 _epoch(model, data["train"], loss_fn, optimizer, batch_size, generator)
             )
             history["val_loss"].append(_loss(model, data["val"], loss_fn))
+            bar.update()
+            bar.set_postfix(val_loss=f"{history['val_loss'][-1]:.4f}", refresh=False)
             if epoch % 10 == 0:
                 LOG.info("%s: epoch %d, validation loss %.4f", spec.name, epoch,
                          history["val_loss"][-1])
             if stopper.update(epoch, history["val_loss"][-1], model):
                 stopped_by = "patience"
                 break
+        bar.close()
     if stopper.best_state is None:
         raise ExtractionError(f"model {spec.name!r}: training diverged (no finite validation loss)")
     model.load_state_dict(stopper.best_state)
