@@ -27,14 +27,17 @@ One Zarr v3 store per sweep (a directory). Layout::
 Stores written before named nulls have (size, chunk) baseline arrays and no `null` array: the
 readers take them as the `uniform` null (whose stream is unchanged).
 
+The model group's attrs also hold `training` (the record of a model the project trained) once
+its preparation task has run.
+
 Bookkeeping that is not Zarr data lives in `<store>/.sweep/` (BOOKKEEPING_DIR): the lock file,
-completion markers (`markers/<model or baseline>/<stage>-<index>.done|.failed`) and cached
-checkpoints. Zarr warns once ("not recognized as a component") when it lists the root; readers
-can take the model names from the root attribute `models` instead of listing.
+completion markers (`markers/<model or baseline>/<stage>-<index>.done|.failed`, written only
+after the data they vouch for, with the checksums of its chunks: `storage.markers`,
+`storage.integrity`) and cached checkpoints. Zarr warns once ("not recognized as a component")
+when it lists the root; readers can take the model names from the root attribute `models`
+instead of listing.
 
 Every array carries `_ARRAY_DIMENSIONS`-free Zarr v3 `dimension_names` equal to its dims here.
-Completion markers (one per model, shard and stage) live beside the arrays and are written only
-after the data they vouch for; see `storage.markers`.
 """
 
 from __future__ import annotations

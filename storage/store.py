@@ -215,11 +215,6 @@ def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
     root.attrs.update({"config": config, "models": names, "fingerprint": fingerprints})
 
 
-def model_names(store: str | Path) -> list[str]:
-    """Names of the store's model groups, from the root attributes (no directory listing)."""
-    return list(open_root(store).attrs.get("models", []))
-
-
 def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
     """A finished model group's attributes, or None if the store or the group does not exist."""
     if not (Path(store) / "zarr.json").is_file():

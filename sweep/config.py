@@ -38,7 +38,6 @@ from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 MAX_TRIAL_TASKS = 100_000  # trial-chunk tasks per baseline, and per model's matched nulls
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_NAMES = frozenset({"baseline"})
-DTYPES = ("float32", "bfloat16", "float16")
 MESSAGES = {
     "extra_forbidden": "unknown key (check its spelling against the documented keys)",
     "missing": "required key is missing",

@@ -34,7 +34,6 @@ from workers.models.random_init import control_seed, seeded
 from workers.models.tiny_text import tiny_tokenizer
 from workers.token_kinds import TokenKind
 
-DINOV2_TYPES = ("dinov2", "dinov2_with_registers")
 # Prefix tokens (before the patches) of image model types whose layout is known.
 IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
