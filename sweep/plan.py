@@ -169,19 +169,26 @@ class MatchedNullsPlan(Fingerprinted):
 
 
 @dataclass(frozen=True)
-class ShardTask:
-    """What every per-(model, shard) task has: its key, store, model and input range."""
+class ModelTask:
+    """What every task of one model has: its key, its store and the model, whose marker folder
+    (`scope`) holds its completion markers."""
 
     key: str
     store: str
     model: str
-    shard: int
-    start: int
-    stop: int
 
     @property
     def scope(self) -> str:
         return self.model
+
+
+@dataclass(frozen=True)
+class ShardTask(ModelTask):
+    """What every per-(model, shard) task has besides: its shard and input range."""
+
+    shard: int
+    start: int
+    stop: int
 
     @property
     def marker(self) -> str:
@@ -218,23 +225,16 @@ class TestTask(ShardTask):
 
 
 @dataclass(frozen=True)
-class PrepareTask:
+class PrepareTask(ModelTask):
     """Prepare one model before its extractions (train FT-Transformer into the checkpoint cache)
     and keep the training record in the store (`storage.store.write_training_record`)."""
 
-    key: str
-    store: str
-    model: str
     spec: ModelSpec
     dataset: DatasetSpec
     cache_dir: str
 
     stage = PREPARE_STAGE
     resources = {"GPU": 1}
-
-    @property
-    def scope(self) -> str:
-        return self.model
 
     @property
     def marker(self) -> str:
@@ -266,13 +266,10 @@ class BaselineTask:
 
 
 @dataclass(frozen=True)
-class NullTask:
+class NullTask(ModelTask):
     """Size-matched null draws of one (model, null, trial chunk), every token set of the model:
     reads the model's tested sizes (so it waits for all its test tasks), writes the counts."""
 
-    key: str
-    store: str
-    model: str
     null: str
     null_index: int
     chunk: int
@@ -283,10 +280,6 @@ class NullTask:
 
     stage = NULLS_STAGE
     resources = {"CPU": 1}
-
-    @property
-    def scope(self) -> str:
-        return self.model
 
     @property
     def marker(self) -> str:
