@@ -3,6 +3,14 @@
 Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
 arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
 once at the end), so partial and resumed sweeps report exactly what is done.
+
+Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
+values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`
+bookkeeping folder), puts the verdicts one level down (`/<model>/results`), has no coordinates
+(input ids, token-set names, relative depth come from the model's attrs), and a store whose
+arrays do not match `storage.layout` fails deep inside xarray. `open_results` reads the writer's
+list of models, checks every array's dims and shape against the layout (one-line InputError
+naming the array), and builds the coordinates; it stays a thin layer over zarr + dask.
 """
 
 from __future__ import annotations

@@ -209,3 +209,20 @@ def test_results_not_matching_the_model_attrs_is_an_input_error(tmp_path):
     zarr.open_group(path / "m", mode="r+").attrs["n_layers"] = 3
     with pytest.raises(InputError, match=r"m/results/kappa has shape \(2, 2, 1\), expected"):
         open_results(path)
+
+
+def test_xarrays_own_reader_opens_the_store_to_the_same_verdicts(store, tree):
+    """The layout stays readable by `xr.open_datatree(engine="zarr")`: every result variable,
+    value for value, as `open_results` gives it (which adds the coordinates and the one-line
+    checks)."""
+    import warnings
+
+    import xarray as xr
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the `.sweep` bookkeeping folder is not a Zarr node
+        raw = xr.open_datatree(store, engine="zarr", consolidated=False, chunks={})
+    for name in tree.attrs["models"]:
+        for var in ("kappa", "margin", "holds", "slack", "status"):
+            np.testing.assert_array_equal(raw[f"{name}/results"][var].values,
+                                          tree[name][var].values, err_msg=f"{name}/{var}")
