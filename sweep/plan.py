@@ -56,6 +56,32 @@ class Fingerprinted:
         return fingerprint(self.fingerprint_inputs())
 
 
+def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
+                  token_sets: tuple[str, ...], tol: float, dtype: str,
+                  rollout: str) -> dict[str, Any]:
+    """The part of a model's fingerprint inputs that the config alone decides: the one owner of
+    these keys, for the plan and for the refusals decided before the lock."""
+    return {
+        "model": spec.to_dict(),
+        "dataset": dataset.to_dict(),
+        "shard_size": shard_size,
+        "token_sets": list(token_sets),
+        "tol": tol,
+        "dtype": dtype,
+        # only when not the default, so stores made before the option keep their fingerprint
+        **({"rollout": rollout} if rollout != "every" else {}),
+    }
+
+
+def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
+    """`config_inputs` of model `name` of `config` (no facts needed)."""
+    entry = config.models[name]
+    return config_inputs(resolve_model(entry.source, **entry.options),
+                         config.datasets[entry.dataset].to_spec(), config.shard_size,
+                         config.token_sets, config.tol, config.model_setting(name, "dtype"),
+                         config.rollout)
+
+
 @dataclass(frozen=True)
 class ModelPlan(Fingerprinted):
     """One model's slice of the sweep: its specs, sizes and shards."""
@@ -88,20 +114,15 @@ class ModelPlan(Fingerprinted):
         return start, min(start + self.shard_size, self.n_inputs)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
-        """Everything that determines this model's stored values (not batch size or device)."""
+        """Everything that determines this model's stored values (not batch size or device):
+        what the config decides (`config_inputs`) and what the inputs are."""
         return {
-            "model": self.spec.to_dict(),
-            "dataset": self.dataset.to_dict(),
+            **config_inputs(self.spec, self.dataset, self.shard_size, self.token_sets, self.tol,
+                            self.dtype, self.rollout),
             "input_ids_sha256": self.ids_sha256,
             "n_inputs": self.n_inputs,
             "n_layers": self.n_layers,
             "t_max": self.t_max,
-            "shard_size": self.shard_size,
-            "token_sets": list(self.token_sets),
-            "tol": self.tol,
-            "dtype": self.dtype,
-            # only when not the default, so stores made before the option keep their fingerprint
-            **({"rollout": self.rollout} if self.rollout != "every" else {}),
         }
 
     @property

@@ -20,11 +20,13 @@ from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
-from sweep.plan import baseline_plan
+from sweep.plan import baseline_plan, model_config_inputs
 from workers.models import resolve_model
 
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
-CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype")
+CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout")
+"""The keys of a model's fingerprint inputs that the config alone decides
+(`sweep.plan.config_inputs`; rollout only when not `every`)."""
 
 
 def check_store_path(store: Path) -> bool:
@@ -63,19 +65,6 @@ def check_models(config: SweepConfig) -> None:
                 f"models.{name}: {entry.source!r} is a {spec.modality} model but dataset "
                 f"{entry.dataset!r} is {kind}; point it at a {spec.modality} dataset"
             )
-
-
-def _config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
-    """The fingerprint inputs of model `name` that the config alone decides (CONFIG_KEYS)."""
-    entry = config.models[name]
-    return {
-        "model": resolve_model(entry.source, **entry.options).to_dict(),
-        "dataset": config.datasets[entry.dataset].to_spec().to_dict(),
-        "shard_size": config.shard_size,
-        "token_sets": list(config.token_sets),
-        "tol": config.tol,
-        "dtype": config.model_setting(name, "dtype"),
-    }
 
 
 def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
@@ -118,8 +107,9 @@ def check_before_lock(config: SweepConfig) -> None:
     problems = []
     for name in config.models:
         if name in groups:
+            planned = model_config_inputs(config, name)
             stored = {k: v for k, v in groups[name]["inputs"].items() if k in CONFIG_KEYS}
-            lines = describe_changes(stored, _config_inputs(config, name))
+            lines = describe_changes(stored, planned)
             if lines:
                 problems.append((f"model {name!r}", [f"models.{name}.{x}" for x in lines]))
     baseline = _baseline_inputs(config)

@@ -23,7 +23,7 @@ from storage.store import create_root, ensure_model, write_root_attrs
 from sweep.cli import main
 from sweep.config import load_config
 from sweep.interrupts import Interrupted
-from sweep.preflight import _config_inputs
+from sweep.plan import model_config_inputs
 from sweep.runner import InProcessExecutor, run_sweep
 from tests.fault_helpers import (
     LINES,
@@ -215,7 +215,7 @@ def test_changed_ft_options_are_refused_before_any_training(tmp_path, capsys, mo
     root = create_root(first.store)  # a store finished by the first config (sizes made up)
     ensure_model(root, "ft", input_ids=["0", "1"], n_layers=2, t_max=14, shard_size=2,
                  token_sets=first.token_sets, attrs={},
-                 fingerprint_inputs=_config_inputs(first, "ft"))
+                 fingerprint_inputs=model_config_inputs(first, "ft"))
     write_root_attrs(root, first.resolved())
 
     def no_training(*args, **kwargs):
