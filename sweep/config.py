@@ -32,6 +32,7 @@ from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.inputs import DatasetSpec, infer_kind
+from workers.models import resolve_model
 from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
@@ -232,6 +233,20 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return ".".join(str(part) for part in loc) or "(top level)"
 
 
+def _check_source(name: str, model: ModelConfig) -> None:
+    """The model's source and options resolve to a spec (preset names, option names and values),
+    at load. A hub id whose modality must be read from the hub is left to `sweep.preflight`,
+    which runs before anything is written (loading a config reaches no network)."""
+    source = model.source.strip()
+    if source.startswith("hf:") and "modality" not in model.options \
+            and not Path(source[3:]).expanduser().is_dir():
+        return
+    try:
+        resolve_model(source, **model.options)
+    except InputError as error:
+        raise InputError(f"models.{name}: {error}") from None
+
+
 def _check_references(config: SweepConfig) -> None:
     """Names are usable as Zarr group names and every model names a defined dataset."""
     for section in ("datasets", "models"):
@@ -247,6 +262,7 @@ def _check_references(config: SweepConfig) -> None:
             raise InputError(
                 f"models.{name}.dataset: unknown dataset {model.dataset!r}; defined: {defined}"
             )
+        _check_source(name, model)
     for name, dataset in config.datasets.items():
         if (dataset.path is None) == (dataset.source is None):
             raise InputError(f"datasets.{name}: give exactly one of 'path' or 'source'")

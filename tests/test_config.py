@@ -78,6 +78,9 @@ def test_unknown_dataset_names_the_key_and_the_defined_ones(tmp_path):
         (("kind: tabular, ", "kind: tabular, path: x.csv, "), "datasets.cancer"),
         (("ft-cancer:", "baseline:"), "models.baseline"),
         (("store: runs/demo.zarr ", "#"), "store"),
+        (("{source: ft-transformer, dataset: cancer", "{source: ft-transformer, dataset: cancer, "
+          "options: {max_epoch: 4}"), "models.ft-cancer"),
+        (("{source: ft-transformer,", "{source: ft-transformr,"), "models.ft-cancer"),
     ],
 )
 def test_each_error_names_its_key(tmp_path, edit, key):
