@@ -9,6 +9,7 @@ forward pass. The sink averages heads as each layer is produced, so one layer's
 
 from __future__ import annotations
 
+import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +22,7 @@ import numpy as np
 import torch
 
 from storage.errors import ExtractionError, InputError
-from workers.models import ModelSpec
+from workers.models import FAMILY_MODULES, ModelSpec
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 Sink = Callable[[torch.Tensor], None]
@@ -154,28 +155,32 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DOBRUSHIN_CACHE", "~/.cache/dobrushin-sweep")).expanduser()
 
 
+def family(spec: ModelSpec) -> Any:
+    """The module of `spec`'s family (`workers.models.FAMILY_MODULES`, imported on first use)."""
+    if spec.family not in FAMILY_MODULES:
+        raise InputError(f"model {spec.name!r}: unknown family {spec.family!r}; use "
+                         f"{sorted(FAMILY_MODULES)}")
+    return importlib.import_module(FAMILY_MODULES[spec.family])
+
+
 def prepare_model(
     spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
 ) -> dict[str, Any] | None:
     """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
     training record (the cached one when the checkpoint exists). None for models that need no
     preparation (pretrained and tiny models, random-init controls)."""
-    if spec.family == "ft-transformer":
-        from workers.models import ft_transformer
-
-        return ft_transformer.prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
-    return None
+    prepare = getattr(family(spec), "prepare", None)
+    if prepare is None:
+        return None
+    return prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
 
 
 def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
     """The inputs `spec` is measured on, from the spec and `dataset` alone (no training):
     FT-Transformer's test rows (option `split: test`) or every row (`split: all`); for every other
     model the dataset itself."""
-    if spec.family == "ft-transformer":
-        from workers.models import ft_transformer
-
-        return ft_transformer.model_dataset(spec, dataset)
-    return dataset
+    select = getattr(family(spec), "model_dataset", None)
+    return dataset if select is None else select(spec, dataset)
 
 
 def load_extractor(
@@ -188,18 +193,5 @@ def load_extractor(
 ) -> Extractor:
     """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
-    if spec.family == "hf":
-        from workers.models import hf
-
-        return hf.HFExtractor(spec, torch_device, torch_dtype)
-    if spec.family == "timm":
-        from workers.models import timm_
-
-        return timm_.TimmExtractor(spec, torch_device, torch_dtype)
-    from workers.models import ft_transformer
-
-    if dataset is None or dataset.table is None:
-        raise InputError(f"model {spec.name!r} needs a tabular dataset (it is trained on it)")
-    return ft_transformer.FTExtractor(
-        spec, dataset, Path(cache_dir or default_cache_dir()), torch_device, torch_dtype
-    )
+    return family(spec).build_extractor(spec, dataset, Path(cache_dir or default_cache_dir()),
+                                        torch_device, torch_dtype)

@@ -23,7 +23,17 @@ from typing import Any
 from storage.errors import InputError
 from workers.models import ft_options
 
-FAMILIES = ("hf", "timm", "ft-transformer")
+FAMILY_MODULES: dict[str, str] = {
+    "hf": "workers.models.hf",
+    "timm": "workers.models.timm_",
+    "ft-transformer": "workers.models.ft_transformer",
+}
+"""The model families and their modules: each defines `build_extractor(spec, dataset,
+cache_dir, device, dtype)`, and may define `prepare(spec, dataset, cache_dir)` (a training
+record, or None) and `model_dataset(spec, dataset)` (the inputs it is measured on); see
+`workers.extraction`. A new family is one module, its line here and its token layout
+(`workers.models.token_layout.LAYOUTS`)."""
+FAMILIES = tuple(FAMILY_MODULES)
 MODALITIES = ("image", "text", "tabular")
 SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer")
 

@@ -191,3 +191,11 @@ def full_attention(module: MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
     q = module.W_q(x).reshape(batch, tokens, heads, -1).transpose(1, 2)  # (batch, heads, T, d_head)
     k = module.W_k(x).reshape(batch, tokens, heads, -1).transpose(1, 2)  # (batch, heads, T, d_head)
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1]), dim=-1)
+
+
+def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache_dir: Path,
+                    device: torch.device, dtype: torch.dtype) -> FTExtractor:
+    """The family's entry in `workers.extraction.FAMILIES`: it needs its tabular dataset."""
+    if dataset is None or dataset.table is None:
+        raise InputError(f"model {spec.name!r} needs a tabular dataset (it is trained on it)")
+    return FTExtractor(spec, dataset, cache_dir, device, dtype)

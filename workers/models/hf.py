@@ -269,3 +269,9 @@ class HFExtractor(Extractor):
 
     def forward(self, batch: Batch) -> Any:
         return self.model(**batch.inputs)
+
+
+def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
+                    dtype: torch.dtype) -> HFExtractor:
+    """The family's entry in `workers.extraction.FAMILIES` (no dataset or cache needed)."""
+    return HFExtractor(spec, device, dtype)

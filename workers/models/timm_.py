@@ -13,6 +13,7 @@ same architecture and tag (so the same preprocessing), seeded from `control_seed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -117,3 +118,9 @@ class TimmExtractor(Extractor):
 
     def forward(self, batch: Batch) -> Any:
         return self.model.forward_features(batch.inputs["x"])
+
+
+def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
+                    dtype: torch.dtype) -> TimmExtractor:
+    """The family's entry in `workers.extraction.FAMILIES` (no dataset or cache needed)."""
+    return TimmExtractor(spec, device, dtype)
