@@ -41,7 +41,7 @@ from workers.readings import READING_EVALUATORS, attaining_kinds
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
-    from sweep.plan import BaselineTask, ExtractTask, NullTask, PrepareTask, TestTask
+    from workers.task_specs import BaselineTask, ExtractTask, NullTask, PrepareTask, TestTask
 
 MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
 _DATASETS: dict[str, Dataset] = {}
