@@ -236,14 +236,29 @@ def tv_factor_pairs(a: np.ndarray, rows_i: np.ndarray, rows_j: np.ndarray) -> np
     0.5 * (np.eye(n) + a): 0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it; (pairs,)."""
     out = np.empty(rows_i.shape[0], dtype=np.float64)
     for c in range(rows_i.shape[0]):
-        i, j = rows_i[c], rows_j[c]
-        s = 0.0
-        for k in range(a.shape[1]):
-            mi = 0.5 * (1.0 + a[i, k]) if k == i else 0.5 * a[i, k]
-            mj = 0.5 * (1.0 + a[j, k]) if k == j else 0.5 * a[j, k]
-            s += abs(mi - mj)
-        out[c] = 0.5 * s
+        out[c] = tv_factor_one(a, rows_i[c], rows_j[c])
     return out
+
+
+@njit(cache=True)
+def tv_one(x: np.ndarray, i: int, j: int) -> float:
+    """The oracle's kappa_ij(X) of one pair: 0.5 * sequential left-to-right float64 sum."""
+    s = 0.0
+    for k in range(x.shape[1]):
+        s += abs(x[i, k] - x[j, k])
+    return 0.5 * s
+
+
+@njit(cache=True)
+def tv_factor_one(a: np.ndarray, i: int, j: int) -> float:
+    """The oracle's kappa_ij(M) of one pair, M = 0.5 * (I + A) with its entries as numpy
+    computes them: 0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it."""
+    s = 0.0
+    for k in range(a.shape[1]):
+        mi = 0.5 * (1.0 + a[i, k]) if k == i else 0.5 * a[i, k]
+        mj = 0.5 * (1.0 + a[j, k]) if k == j else 0.5 * a[j, k]
+        s += abs(mi - mj)
+    return 0.5 * s
 
 
 @njit(cache=True)

@@ -36,9 +36,11 @@ from workers.kernel import (
     lazy_factor,
     no_pair,
     row_sum,
+    self_dominance_gap,
     sparse_rows,
-    tv_factor_pairs,
+    tv_factor_one,
     tv_many,
+    tv_one,
     tv_pairs,
     tv_pairs_sparse,
 )
@@ -170,30 +172,6 @@ def screen_parallel(q: np.ndarray, n: int, out: np.ndarray, lo: int, hi: int) ->
 
 
 @njit(cache=True)
-def _tv_one(x: np.ndarray, i: int, j: int) -> float:
-    """The oracle's kappa_ij of X (sequential float64 sum, halved)."""
-    s = 0.0
-    for k in range(x.shape[1]):
-        s += abs(x[i, k] - x[j, k])
-    return 0.5 * s
-
-
-@njit(cache=True)
-def _factor_one(x: np.ndarray, i: int, j: int) -> float:
-    """The oracle's kappa_ij of M = 0.5 * (I + X), entries as numpy computes them."""
-    pair = np.empty(1, dtype=np.int64)
-    other = np.empty(1, dtype=np.int64)
-    pair[0], other[0] = i, j
-    return tv_factor_pairs(x, pair, other)[0]
-
-
-@njit(cache=True)
-def _gap(x: np.ndarray, i: int, j: int) -> float:
-    """s_ij = (X_ji - X_ii)+ + (X_ij - X_jj)+ (`kernel.self_dominance_gap`)."""
-    return max(x[j, i] - x[i, i], 0.0) + max(x[i, j] - x[j, j], 0.0)
-
-
-@njit(cache=True)
 def _row_min(row: np.ndarray, start: int, n: int) -> int:
     """min(row[start:n]) of a uint16 row (65535 when empty); LLVM vectorises it."""
     m = np.uint16(65535)
@@ -255,7 +233,7 @@ def select(x, screened, scale, rmax, tol, window):
     bj = bi + 1
     while np.int64(screened[bi, bj]) != q_best:
         bj += 1
-    low_a = _tv_one(x, bi, bj)  # kappa(A) >= low_a: an exact lower bound
+    low_a = tv_one(x, bi, bj)  # kappa(A) >= low_a: an exact lower bound
     q_a = _limit(c0 - low_a + 2.0 * w * (1.0 + 1e-9) + 1e-15, scale)  # U_ij >= low_a - 2 w
     # The pair with the largest bound on m_ij, from the kappa(A) candidates first, then
     # wherever (1 + U_ij)/2 alone could beat it (rows by their minimum, pairs by Q).
@@ -276,7 +254,7 @@ def select(x, screened, scale, rmax, tol, window):
             if qv <= q_a:
                 a_i[c], a_j[c] = i, j
                 c += 1
-                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j)
+                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
                 if bound > m_bound:
                     m_bound, mi, mj = bound, i, j
     q_reach = _limit(1.0 + c0 - 2.0 * m_bound, scale)  # Q_ij above cannot beat m_bound
@@ -287,11 +265,11 @@ def select(x, screened, scale, rmax, tol, window):
         for j in range(i + 1, n):
             qv = np.int64(row[j])
             if qv <= q_reach:
-                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j)
+                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
                 if bound > m_bound:
                     m_bound, mi, mj = bound, i, j
                     q_reach = _limit(1.0 + c0 - 2.0 * m_bound, scale)
-    low_m = _factor_one(x, mi, mj)  # kappa(M) >= low_m
+    low_m = tv_factor_one(x, mi, mj)  # kappa(M) >= low_m
     # kappa(M) candidates: (1 + U_ij)/2 - s_ij/2 + 2 err >= low_m.
     q_m = _limit(c0 + 1.0 - 2.0 * (low_m - 2.0 * err), scale)
     n_m = 0
@@ -307,7 +285,10 @@ def select(x, screened, scale, rmax, tol, window):
         row = screened[i]
         for j in range(i + 1, n):
             qv = np.int64(row[j])
-            if qv <= q_m and 0.5 * (1.0 + c0 - qv * inv) - 0.5 * _gap(x, i, j) + 2.0 * err >= low_m:
+            if qv > q_m:
+                continue
+            bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
+            if bound + 2.0 * err >= low_m:
                 m_i[c], m_j[c] = i, j
                 c += 1
     return a_i, a_j, m_i[:c], m_j[:c]

@@ -20,37 +20,11 @@ from numba import njit
 from storage.layout import AttainingKind, ResultStatus
 from workers.cells import fill_rollout, fill_verdicts
 from workers.equality import check, restrict_layers, validate_stochastic
+from workers.kernel import self_dominance_gap, tv_factor_one, tv_one
 from workers.token_kinds import TokenKind, special_mask
 
 U64 = 2.0**-53  # unit roundoff of float64
 _SPECIAL_SPECIAL = AttainingKind.SPECIAL_SPECIAL  # a plain int for the numba kernels
-
-
-@njit(cache=True)
-def _gap(a: np.ndarray, i: int, j: int) -> float:
-    """s_ij = (A_ji - A_ii)+ + (A_ij - A_jj)+: zero iff rows i, j are mutually self-dominant."""
-    return max(a[j, i] - a[i, i], 0.0) + max(a[i, j] - a[j, j], 0.0)
-
-
-@njit(cache=True)
-def _tv(a: np.ndarray, i: int, j: int) -> float:
-    """The oracle's kappa_ij(A): 0.5 * sequential left-to-right float64 sum of |A_ik - A_jk|."""
-    s = 0.0
-    for k in range(a.shape[1]):
-        s += abs(a[i, k] - a[j, k])
-    return 0.5 * s
-
-
-@njit(cache=True)
-def _tv_factor(a: np.ndarray, i: int, j: int) -> float:
-    """The oracle's kappa_ij(M), M = 0.5 * (eye + A) with its entries as numpy computes them:
-    0.5 * (1.0 + a_ii) on the diagonal, 0.5 * a_ik off it."""
-    s = 0.0
-    for k in range(a.shape[1]):
-        mi = 0.5 * (1.0 + a[i, k]) if k == i else 0.5 * a[i, k]
-        mj = 0.5 * (1.0 + a[j, k]) if k == j else 0.5 * a[j, k]
-        s += abs(mi - mj)
-    return 0.5 * s
 
 
 @njit(cache=True)
@@ -71,8 +45,9 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
     for p in range(m):
         for q in range(p + 1, m):
             i, j = rows[p], rows[q]
-            ka[c] = _tv(a, i, j)
-            m_hat[c] = 0.5 * (1.0 + ka[c]) - 0.5 * _gap(a, i, j)  # the identity, to screen M
+            ka[c] = tv_one(a, i, j)
+            # the pairwise identity, to screen M
+            m_hat[c] = 0.5 * (1.0 + ka[c]) - 0.5 * self_dominance_gap(a, i, j)
             c += 1
     kappa = ka.max()
     # kappa(M): only pairs whose identity value is within twice its rounding error of the best
@@ -90,10 +65,10 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
         for q in range(p + 1, m):
             i, j = rows[p], rows[q]
             if m_hat[c] >= best - 2.0 * err:
-                kappa_factor = max(kappa_factor, _tv_factor(a, i, j))
+                kappa_factor = max(kappa_factor, tv_factor_one(a, i, j))
             if kappa - ka[c] <= tol:
                 attaining += 1
-            slack = 0.5 * (kappa - ka[c]) + 0.5 * _gap(a, i, j)
+            slack = 0.5 * (kappa - ka[c]) + 0.5 * self_dominance_gap(a, i, j)
             least_slack = min(least_slack, slack)
             if slack <= tol and slack < best_slack:
                 best_slack, pair_i, pair_j = slack, i, j
@@ -187,7 +162,7 @@ def _special_classes(a: np.ndarray, kinds: np.ndarray, kappa: float, tol: float)
         for k in range(n):
             if k == s or (kinds[k] != 0 and k < s):  # each special-special pair once
                 continue
-            if kappa - _tv(a, s, k) <= tol:
+            if kappa - tv_one(a, s, k) <= tol:
                 bits |= 1 << (kinds[s] if kinds[k] == 0 else _SPECIAL_SPECIAL)
     return bits
 
