@@ -21,20 +21,22 @@ from storage.integrity import damaged_chunks
 from sweep.config import SweepConfig
 from sweep.plan import ExtractTask, SweepPlan, Task
 from workers.digests import input_digests
-from workers.extraction import model_dataset
-from workers.inputs import open_dataset
+from workers.inputs import Dataset
 from workers.models import resolve_model
 
 
-def plan_digests(config: SweepConfig, names: list[str]) -> dict[str, tuple[str, ...]]:
-    """Per model, the digest of every input of its dataset, as it is now."""
+def plan_digests(config: SweepConfig, datasets: dict[str, Dataset]) -> dict[str, tuple[str, ...]]:
+    """Per model, the digest of every input it is measured on (`datasets`: model name -> its
+    measured inputs, as `sweep.runner.measured_datasets` opens them), as it is now."""
     out = {}
-    for name in names:
+    done: dict[tuple[int, bool], tuple[str, ...]] = {}  # models sharing a dataset hash it once
+    for name, dataset in datasets.items():
         entry = config.models[name]
-        spec = resolve_model(entry.source, **entry.options)
-        dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
-        out[name] = input_digests(dataset, range(len(dataset)),
-                                  whole_table=spec.family == "ft-transformer")
+        whole_table = resolve_model(entry.source, **entry.options).family == "ft-transformer"
+        key = (id(dataset), whole_table)
+        if key not in done:
+            done[key] = input_digests(dataset, range(len(dataset)), whole_table=whole_table)
+        out[name] = done[key]
     return out
 
 

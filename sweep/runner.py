@@ -64,17 +64,33 @@ def _token_counts(name: str, layout: TokenLayout, dataset: Dataset, progress: bo
     return counts
 
 
-def gather_facts(config: SweepConfig, name: str, *, progress: bool = False) -> ModelFacts:
+def measured_datasets(config: SweepConfig) -> dict[str, Dataset]:
+    """Per model, the inputs it is measured on (`model_dataset`), each dataset opened once
+    however many models share it."""
+    opened: dict[str, Dataset] = {}
+    out = {}
+    for name, entry in config.models.items():
+        if entry.dataset not in opened:
+            opened[entry.dataset] = open_dataset(config.datasets[entry.dataset].to_spec())
+        out[name] = model_dataset(resolve_model(entry.source, **entry.options),
+                                  opened[entry.dataset])
+    return out
+
+
+def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
+                 dataset: Dataset | None = None) -> ModelFacts:
     """Input ids, layer count and token counts of one model, from its spec and dataset alone.
 
     O(1) per model for images and tables (no model built, no weights, no input decoded: see
     `workers.models.token_layout`), one tokenizer pass for text; nothing is trained here (that is
     the model's `PrepareTask`). When the store already holds the model, its sizes come from the
-    store. With `progress`, one line on stderr says what was planned.
+    store. With `progress`, one line on stderr says what was planned. `dataset`: the model's
+    measured inputs when the caller has them open (`measured_datasets`).
     """
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
-    dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
+    if dataset is None:
+        dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
     stored = stored_model_attrs(config.store, name)
     if stored is not None:
         facts = ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
@@ -97,8 +113,10 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     Runs before any task: the store's arrays, fingerprints and refusals are all decided here.
     """
     say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
-    facts = {name: gather_facts(config, name, progress=progress) for name in config.models}
-    plan = with_digests(build_plan(config, facts), plan_digests(config, list(facts)))
+    datasets = measured_datasets(config)
+    facts = {name: gather_facts(config, name, progress=progress, dataset=datasets[name])
+             for name in config.models}
+    plan = with_digests(build_plan(config, facts), plan_digests(config, datasets))
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
         planned["baseline"] = plan.baseline.fingerprint_inputs()
