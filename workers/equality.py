@@ -23,7 +23,8 @@ from tqdm import tqdm
 
 from storage.errors import InputError, NotStochasticError
 from storage.layout import SLACK_WINDOW
-from workers import kernel, pruned
+from workers import kernel, pruned, restrict_kernel
+from workers.scratch import scratch
 
 DEFAULT_TOL = 1e-12
 """Default tolerance on the margin. Float64 rounding of an n <= 4096 sum of a stochastic row is
@@ -282,13 +283,13 @@ def check(
 def kappa_only(x: np.ndarray) -> np.ndarray:
     """kappa of each matrix of a float64 C-contiguous (b, n, n) batch, as `check(x,
     validate=False).kappa` returns it (the oracle's value bit for bit), without kappa(M), the pair
-    or the characterisation: a float32 screen with a rigorous error bound leaves only the pairs
-    that can attain the maximum to recompute in the oracle's order; where too many pairs tie
-    within the float32 error, a float64 screen (relative error) narrows them first."""
+    or the characterisation: the pruned kernel's screen (`pruned.kappa_over_matrices`) leaves
+    only the pairs that can attain the maximum to sum in the oracle's order."""
     x = np.ascontiguousarray(x, dtype=np.float64)
+    threads = numba.get_num_threads()
     with _KERNEL_LOCK:
-        return kernel.kappa32_over_matrices(x, kernel.tile_order(x.shape[1]),
-                                            numba.get_num_threads())
+        _, qs, screens = _buffers(x.shape[1], False, threads)
+        return pruned.kappa_over_matrices(x, qs, screens)
 
 
 _BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread
@@ -332,15 +333,16 @@ def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
 
 
 def restrict_layers(
-    layers: np.ndarray, keep: np.ndarray
+    layers: np.ndarray, keep: np.ndarray, out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`restrict` of each layer of an (L, n, n) stack at once, then validated as `check` wants.
 
     Returns (stack, kept, ok): `stack` (ok layers, m, m) float64 C-contiguous, each matrix equal
     bit for bit to `validate_stochastic(restrict(layer, keep).matrix)[0]`; `kept` (m,) int64 the
     original indices; `ok` (L,) bool the layers whose kept rows all have mass (the others are
-    `restrict`'s empty-row case). One validation pass and at most one gather for the whole stack
-    (none when every token is kept) instead of one of each per layer; errors are `restrict`'s.
+    `restrict`'s empty-row case). One pass over the stack (`workers.restrict_kernel`), no
+    temporaries; errors are `restrict`'s. `out`: a float64 buffer of at least L * m * m elements
+    to write into (the returned stack is then a view of it when every layer is ok).
     """
     arr = np.asarray(layers)
     mask = np.asarray(keep)
@@ -348,6 +350,27 @@ def restrict_layers(
         for layer in arr:  # the per-layer path raises the precise error
             restrict(layer, mask)
         raise InputError(f"restrict_layers takes an (L, n, n) stack, got shape {arr.shape}")
+    if arr.dtype not in (np.float32, np.float64):
+        _as_batch(arr, "attention")  # a dtype `validate_stochastic` refuses is refused here
+        arr = arr.astype(np.float64)
+    arr = np.ascontiguousarray(arr)
+    kept = np.flatnonzero(mask).astype(np.int64)
+    shape = (arr.shape[0], kept.size, kept.size)
+    stack = np.empty(shape) if out is None else out.reshape(-1)[: np.prod(shape)].reshape(shape)
+    ok = np.empty(arr.shape[0], dtype=np.bool_)
+    if not restrict_kernel.restrict_into(arr, kept, ROW_SUM_TOL, stack, ok):
+        _restrict_layers_numpy(arr, mask)  # raises the precise error
+        raise RuntimeError("restrict_into rejected a stack that the numpy path accepts")
+    if not ok.all():
+        stack = stack[ok]
+    return stack, kept, ok
+
+
+def _restrict_layers_numpy(
+    arr: np.ndarray, mask: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`restrict_layers` by its defining numpy steps: the reference `restrict_kernel` equals bit
+    for bit (tests), and the path that names the offending layer and row on bad input."""
     try:
         x = validate_stochastic(arr)
     except NotStochasticError:
@@ -355,13 +378,7 @@ def restrict_layers(
             restrict(layer, mask)
         raise
     kept = np.flatnonzero(mask).astype(np.int64)
-    first, last = int(kept[0]), int(kept[-1]) + 1
-    if kept.size == x.shape[1]:
-        sub = x  # (layer, kept, kept)
-    elif kept.size == last - first:  # one run of tokens (e.g. all but a leading CLS): a slice
-        sub = np.ascontiguousarray(x[:, first:last, first:last])
-    else:  # C order, as restrict's copy: the row sums below then add in the same order
-        sub = x[np.ix_(np.arange(x.shape[0]), kept, kept)]
+    sub = x[np.ix_(np.arange(x.shape[0]), kept, kept)]  # C order, as restrict's copy
     mass = sub.sum(axis=2)  # (layer, kept row): per row as restrict's sub.sum(axis=1)
     ok = ~(mass == 0.0).any(axis=1)
     if not ok.all():
@@ -373,18 +390,26 @@ def restrict_layers(
     return stack, kept, ok
 
 
-def rollout_products(x: np.ndarray) -> np.ndarray:
+def rollout_products(x: np.ndarray, reuse: bool = False) -> np.ndarray:
     """R_l = M_l @ R_{l-1}, R_1 = M_1, M_l = 0.5 * (eye + A_l) of a validated float64 (L, n, n)
     stack; (L, n, n) float64. The products run on one BLAS thread (under a lock: the limit is
     process-wide), so R_l does not depend on how many threads BLAS has where the rollout runs
     (OpenBLAS's results do), and no BLAS threads are left spinning to slow the numba kernels
-    that follow."""
-    n = x.shape[1]
-    factors = 0.5 * (np.eye(n) + x)  # (layer, row, column)
-    products = np.empty_like(factors)
+    that follow. `reuse`: factors and products live in this thread's scratch buffers
+    (`workers.scratch`), valid until its next `reuse` call."""
+    n_layers, n = x.shape[0], x.shape[1]
+    if reuse:
+        factors = scratch("rollout-factors", x.shape)
+        products = scratch("rollout-products", x.shape)
+    else:
+        factors, products = np.empty_like(x), np.empty_like(x)
+    np.copyto(factors, x)
+    diagonal = np.arange(n)
+    factors[:, diagonal, diagonal] += 1.0  # eye + A: off the diagonal A_ik + 0.0 == A_ik
+    factors *= 0.5  # (layer, row, column)
     products[0] = factors[0]
     with _BLAS_LOCK, _blas_controller().limit(limits=1, user_api="blas"):
-        for layer in range(1, x.shape[0]):
+        for layer in range(1, n_layers):
             np.matmul(factors[layer], products[layer - 1], out=products[layer])
     return products
 
@@ -405,7 +430,7 @@ def rollout(
     if layers_out not in ("every", "last"):
         raise InputError(f"layers_out {layers_out!r}: choose 'every' or 'last'")
     x = validate_stochastic(layers, name="layer") if validate else layers  # (layer, row, column)
-    products = rollout_products(x)
+    products = rollout_products(x, reuse=True)
     if bounds is None:
         bounds = check(x, validate=False).bound
     if layers_out == "last":

@@ -211,19 +211,20 @@ def select_and_verify(x, screened, scale, rmax, tol, window, special, has_specia
 
 
 @njit(cache=True)
-def select(x, screened, scale, rmax, tol, window):
-    """The candidate pairs of one (n >= 2, n) matrix x from its screen, as
-    `kernel.exact_verdict` needs them: (a_i, a_j, m_i, m_j) int32, row-major order.
+def bound_constants(n: int, rmax: float) -> tuple[float, float]:
+    """(err, c0): err bounds the oracle's rounding on kappa_ij of A or of M and on s_ij; with
+    c0 = rmax + 2 err + 1e-14, U_ij = c0 - Q_ij / scale >= the oracle's kappa_ij."""
+    err = 4.0 * (n + 4) * U64 * rmax
+    return err, rmax + 2.0 * err + 1e-14
 
-    U_ij = c0 - Q_ij / scale bounds the oracle's kappa_ij from above and
-    (1 + U_ij)/2 - s_ij/2 + 2 err its kappa_ij(M); exact values of the best-bounded pairs bound
-    kappa(A) and kappa(M) from below; pairs whose upper bound cannot reach them are skipped.
+
+@njit(cache=True)
+def kappa_candidates(x, screened, scale, c0, w):
+    """The pairs (i < j, row-major) whose upper bound U_ij = c0 - Q_ij / scale reaches the
+    oracle's kappa_ij of the best-bounded pair less 2 w (so every pair within 2 w of kappa(A));
+    also each row's smallest Q (`row_min`, for further selections). Returns (a_i, a_j, row_min).
     """
     n = x.shape[0]
-    inv = 1.0 / scale
-    err = 4.0 * (n + 4) * U64 * rmax  # the oracle's rounding on A or on M, and s_ij's
-    c0 = rmax + 2.0 * err + 1e-14  # U_ij = c0 - Q_ij / scale >= the oracle's kappa_ij
-    w = max(tol, window)
     row_min = np.empty(n - 1, dtype=np.int64)
     q_best, bi = 1 << 20, 0
     for i in range(n - 1):
@@ -235,9 +236,6 @@ def select(x, screened, scale, rmax, tol, window):
         bj += 1
     low_a = tv_one(x, bi, bj)  # kappa(A) >= low_a: an exact lower bound
     q_a = _limit(c0 - low_a + 2.0 * w * (1.0 + 1e-9) + 1e-15, scale)  # U_ij >= low_a - 2 w
-    # The pair with the largest bound on m_ij, from the kappa(A) candidates first, then
-    # wherever (1 + U_ij)/2 alone could beat it (rows by their minimum, pairs by Q).
-    m_bound, mi, mj = -np.inf, bi, bj
     n_a = 0
     for i in range(n - 1):
         if row_min[i] <= q_a:
@@ -250,13 +248,34 @@ def select(x, screened, scale, rmax, tol, window):
             continue
         row = screened[i]
         for j in range(i + 1, n):
-            qv = np.int64(row[j])
-            if qv <= q_a:
+            if np.int64(row[j]) <= q_a:
                 a_i[c], a_j[c] = i, j
                 c += 1
-                bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
-                if bound > m_bound:
-                    m_bound, mi, mj = bound, i, j
+    return a_i, a_j, row_min
+
+
+@njit(cache=True)
+def select(x, screened, scale, rmax, tol, window):
+    """The candidate pairs of one (n >= 2, n) matrix x from its screen, as
+    `kernel.exact_verdict` needs them: (a_i, a_j, m_i, m_j) int32, row-major order.
+
+    U_ij = c0 - Q_ij / scale bounds the oracle's kappa_ij from above and
+    (1 + U_ij)/2 - s_ij/2 + 2 err its kappa_ij(M); exact values of the best-bounded pairs bound
+    kappa(A) and kappa(M) from below; pairs whose upper bound cannot reach them are skipped.
+    """
+    n = x.shape[0]
+    inv = 1.0 / scale
+    err, c0 = bound_constants(n, rmax)
+    a_i, a_j, row_min = kappa_candidates(x, screened, scale, c0, max(tol, window))
+    # The pair with the largest bound on m_ij, from the kappa(A) candidates first, then
+    # wherever (1 + U_ij)/2 alone could beat it (rows by their minimum, pairs by Q).
+    m_bound, mi, mj = -np.inf, a_i[0], a_j[0]
+    for c in range(a_i.shape[0]):
+        i, j = a_i[c], a_j[c]
+        qv = np.int64(screened[i, j])
+        bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
+        if bound > m_bound:
+            m_bound, mi, mj = bound, i, j
     q_reach = _limit(1.0 + c0 - 2.0 * m_bound, scale)  # Q_ij above cannot beat m_bound
     for i in range(n - 1):
         if row_min[i] > q_reach:
@@ -292,6 +311,35 @@ def select(x, screened, scale, rmax, tol, window):
                 m_i[c], m_j[c] = i, j
                 c += 1
     return a_i, a_j, m_i[:c], m_j[:c]
+
+
+@njit(cache=True)
+def kappa_one(x, q, screened) -> float:
+    """The oracle's kappa of one trusted float64 (n, n) matrix (rows nonnegative, summing to
+    about 1): screened like `check`, only the pairs that can attain the maximum summed in the
+    oracle's order. 0 when n < 2."""
+    n = x.shape[0]
+    if n < 2:
+        return 0.0
+    rmax = trusted_rmax(x)
+    scale = scale_for(rmax)
+    quantise_matrix(x, q, scale)
+    screen_serial(q, n, screened)
+    a_i, a_j, _ = kappa_candidates(x, screened, scale, bound_constants(n, rmax)[1], 0.0)
+    return tv_many(x, a_i, a_j, False).max()
+
+
+@njit(parallel=True, cache=True)
+def kappa_over_matrices(a, qs, screens) -> np.ndarray:
+    """`kappa_one` of every matrix of a trusted float64 (b, n, n) batch, matrices spread over
+    the threads of the `buffers` qs, screens; (b,) float64."""
+    b = a.shape[0]
+    threads = qs.shape[0]
+    out = np.empty(b, dtype=np.float64)
+    for t in prange(threads):
+        for m in range(t, b, threads):
+            out[m] = kappa_one(a[m], qs[t], screens[t])
+    return out
 
 
 @njit(cache=True)

@@ -38,6 +38,7 @@ from workers.extraction import Extractor, load_extractor, model_dataset, prepare
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms
 from workers.readings import READING_EVALUATORS, attaining_kinds
+from workers.scratch import scratch
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 if TYPE_CHECKING:
@@ -193,7 +194,9 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     if token_set in READING_EVALUATORS:
         READING_EVALUATORS[token_set](attention, token_kind, tol, out, rollout_mode)
         return out
-    stack, kept, ok = restrict_layers(attention, keep)  # (ok layers, m, m)
+    m = int(keep.sum())
+    stack, kept, ok = restrict_layers(attention, keep,  # (ok layers, m, m)
+                                      out=scratch("restricted", (n_layers, m, m)))
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
     if not ok.any():
         return out
