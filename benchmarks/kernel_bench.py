@@ -80,11 +80,14 @@ def contenders(
     a: np.ndarray, layers: np.ndarray, stack: np.ndarray | None, cuda: bool
 ) -> dict[str, Callable[[], object]]:
     """Name -> zero-argument callable computing all pairwise L1 distances / the full test:
-    `a` (n, n), `layers` (LAYERS, n, n), `stack` (b, n, n) or None; all float64."""
+    `a` (n, n), `layers` (LAYERS, n, n), `stack` (b, n, n) or None; all float64. `check
+    f32 in` is `check` on the float32 matrix torch.cdist gets (what a sweep stores and tests)."""
     x32 = torch.from_numpy(a.astype(np.float32))
     batch = a[None]
+    batch32 = x32.numpy()[None]
     runs = {
         "check (exact f64)": lambda: check(batch),
+        "check f32 in": lambda: check(batch32),
         f"check x{LAYERS} layers": lambda: check(layers),
     }
     if stack is not None:

@@ -31,6 +31,7 @@ import torch
 from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
 from sweep.plan import TestTask
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.scratch import scratch
 from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
@@ -130,10 +131,12 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
     results = evaluate_shard(case.attention, n_tokens, case.token_kind, TOKEN_SETS, 1e-12,
                              rollout)
 
-    def read() -> None:
+    def read() -> None:  # as run_test reads: one input's attention at a time
         group["n_tokens"][:]
         group["token_kind"][:]
-        group["attention"][:]
+        attention = group["attention"]
+        for i in range(case.attention.shape[0]):
+            attention[i, :, :int(n_tokens[i]), :int(n_tokens[i])]
 
     def write() -> None:
         for name, values in results.items():
@@ -141,12 +144,13 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
 
     parts = {
         "read": read,
-        "restriction": lambda: [restrict_layers(a, keep) for a, keep, _ in jobs],
+        "restriction": lambda: [restrict_layers(a, keep, out=scratch("restricted", a.shape))
+                                for a, keep, _ in jobs],
         "check": lambda: [check(s, special=m, validate=False)
                           for s, m in zip(stacks, specials, strict=True)],
     }
     if rollout != "off":
-        parts["rollout products"] = lambda: [rollout_products(s) for s in stacks]
+        parts["rollout products"] = lambda: [rollout_products(s, reuse=True) for s in stacks]
         last = rollout == "last"
         parts["rollout kappa"] = lambda: [kappa_only(p[-1:] if last else p) for p in products]
     parts["write"] = write

@@ -208,31 +208,34 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     return out
 
 
-def evaluate_shard(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
-               token_sets: tuple[str, ...], tol: float,
-               rollout_mode: str = "every") -> dict[str, np.ndarray]:
-    """Result variables (input, layer, token_set) for a shard's padded arrays."""
-    n, n_layers = attention.shape[:2]
+def evaluate_shard(attention: np.ndarray | zarr.Array, n_tokens: np.ndarray,
+                   token_kind: np.ndarray, token_sets: tuple[str, ...], tol: float,
+                   rollout_mode: str = "every", start: int = 0) -> dict[str, np.ndarray]:
+    """Result variables (input, layer, token_set) for a shard's padded arrays: input i's
+    attention is attention[start + i] (a store's array is read one input at a time, so a test
+    task holds one input's attention, not its shard's)."""
+    n, n_layers = len(n_tokens), attention.shape[1]
     results = {name: np.full((n, n_layers, len(token_sets)), var.fill, dtype=var.dtype)
                for name, var in RESULT_VARS.items()}
     for i in range(n):
         t = int(n_tokens[i])
+        layers = attention[start + i, :, :t, :t]  # (layer, query, key)
         for s, token_set in enumerate(token_sets):
-            cells = evaluate_input(attention[i, :, :t, :t], token_kind[i, :t], token_set, tol,
-                                   rollout_mode)
+            cells = evaluate_input(layers, token_kind[i, :t], token_set, tol, rollout_mode)
             for name, values in cells.items():
                 results[name][i, :, s] = values
     return results
 
 
 def run_test(task: TestTask) -> int:
-    """Read the shard's attention back, test it for every token set, write results + marker."""
+    """Test the shard's attention (read back one input at a time) for every token set, write
+    results + marker."""
     group = open_model(task.store, task.model, mode="r+")
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
-    attention = group["attention"][task.start:task.stop]  # (input, layer, query, key)
-    write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
-                                                    task.token_sets, task.tol, task.rollout))
+    write_results(group, task.start, evaluate_shard(group["attention"], n_tokens, token_kind,
+                                                    task.token_sets, task.tol, task.rollout,
+                                                    start=task.start))
     files = shard_chunks(group[RESULTS_GROUP], tuple(RESULT_VARS), task.shard, task.start,
                          task.stop)
     mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
