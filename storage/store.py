@@ -98,6 +98,7 @@ def _create(group: zarr.Group, name: str, var: Var, shape: tuple[int, ...],
     return group.create_array(
         name, shape=shape, chunks=chunks, dtype=dtype, fill_value=var.fill,
         dimension_names=var.dims, attributes={"doc": var.doc},
+        **({} if var.compressed else {"compressors": None}),
     )
 
 

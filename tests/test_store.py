@@ -69,6 +69,27 @@ def test_every_layout_array_exists_with_dims_dtype_and_shard_chunks(tmp_path):
     assert "zarr" in root.attrs["versions"]
 
 
+def test_attention_is_stored_raw_and_everything_else_compressed(tmp_path):
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    assert group["attention"].compressors == ()
+    assert group["input_id"].compressors and group["results"]["kappa"].compressors
+    attention = np.random.default_rng(0).random((4, 3, 5, 5)).astype(np.float32)
+    group["attention"][:4] = attention
+    assert np.array_equal(group["attention"][:4], attention)
+
+
+def test_stores_with_compressed_attention_still_read(tmp_path):
+    """Stores written before attention was stored raw keep their zstd chunks, readable as ever."""
+    group = zarr.open_group(tmp_path / "old.zarr", mode="w")
+    array = group.create_array("attention", shape=(2, 3, 5, 5), chunks=(1, 3, 5, 5),
+                               dtype="float32")
+    values = np.random.default_rng(1).random((2, 3, 5, 5)).astype(np.float32)
+    array[:] = values
+    reopened = zarr.open_group(tmp_path / "old.zarr", mode="r")["attention"]
+    assert reopened.compressors and np.array_equal(reopened[:], values)
+
+
 def test_unwritten_results_read_as_their_fill_values(tmp_path):
     make_model(tmp_path / "s.zarr")
     results = open_model(tmp_path / "s.zarr", "m")["results"]
