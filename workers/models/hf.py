@@ -152,22 +152,30 @@ class HFExtractor(Extractor):
                 f"{self.n_layers} layers; only encoders declaring their attention modules "
                 "(transformers `_can_record_outputs`) are supported"
             )
+        self._set_up_preprocessing()
+        forward = set(inspect.signature(self.model.forward).parameters)
         if spec.modality == "text":
-            self.tokenizer = self._tokenizer()
-            self.input_names = set(inspect.signature(self.model.forward).parameters)
+            self.input_names = forward
         else:
-            self.processor = self._image_processor()
             size = spec.options.get("image_size")
-            self.processor_kwargs = (
-                sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
-            )
-            forward = set(inspect.signature(self.model.forward).parameters)
             self.interpolate = (
                 "interpolate_pos_encoding" in forward
                 and size is not None and int(size) != int(self.config.image_size)
             )
 
     # --- preprocessing -------------------------------------------------------------------------
+    def _set_up_preprocessing(self) -> None:
+        """The tokenizer, or the image processor and its `image_size` arguments: all that
+        `token_counts` needs (no model; `token_layout` runs it on an adapter without one)."""
+        if self.spec.modality == "text":
+            self.tokenizer = self._tokenizer()
+            return
+        self.processor = self._image_processor()
+        size = self.spec.options.get("image_size")
+        self.processor_kwargs = (
+            sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
+        )
+
     def _tokenizer(self) -> Any:
         max_positions = getattr(self.config, "max_position_embeddings", 512)
         if self.config.model_type in ("roberta", "xlm-roberta", "camembert"):
@@ -291,15 +299,11 @@ def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
 
     shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
     shell.spec, shell.config = spec, _config(spec)
+    shell._set_up_preprocessing()
     n_layers = int(shell.config.num_hidden_layers)
     if spec.modality == "text":
-        shell.tokenizer = shell._tokenizer()
         return TokenLayout(n_layers, count=shell.token_counts)
-    shell.processor = shell._image_processor()
-    shapes = set()
-    for size in PROBE_SIZES:
-        pixels = shell.processor(images=[Image.new("RGB", size)], return_tensors="pt")
-        shapes.add(tuple(torch.as_tensor(pixels["pixel_values"]).shape[-2:]))
+    shapes = {tuple(shell._pixels([Image.new("RGB", size)]).shape[-2:]) for size in PROBE_SIZES}
     if len(shapes) != 1:
         raise InputError(
             f"model {spec.name!r}: its image processor's output size follows the input's "
