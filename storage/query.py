@@ -2,7 +2,9 @@
 
 Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
 arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
-once at the end), so partial and resumed sweeps report exactly what is done.
+once at the end), so partial and resumed sweeps report exactly what is done. The counting is
+xarray's (`cell_counts`, `group_counts`, `rates`); `holding_rates` turns the result into a pandas
+table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
 values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`
@@ -93,45 +95,97 @@ def holding_rates(
 
 
 def rates_from_cells(
-    cells: pd.DataFrame, by: Sequence[str] = ("model", "layer", "token_set"), depth_bins: int = 3
+    cells: xr.Dataset, by: Sequence[str] = ("model", "layer", "token_set"), depth_bins: int = 3
 ) -> pd.DataFrame:
-    """`holding_rates` from a `cell_counts` table: compute the counts once, group them many ways."""
+    """`holding_rates` from `cell_counts`: compute the counts once, group them many ways.
+
+    The counts are summed per group by xarray (`group_counts`) and divided once (`rates`); the
+    result becomes a table only here, for the report to render.
+    """
     by = list(dict.fromkeys(by))
     unknown = [key for key in by if key not in GROUP_KEYS]
     if unknown:
         raise InputError(f"cannot group holding rates by {unknown}: choose from {list(GROUP_KEYS)}")
     if depth_bins < 1:
         raise InputError(f"depth_bins must be a positive integer, got {depth_bins}")
-    cells = cells.assign(depth=depth_bin(cells["relative_depth"].to_numpy(), depth_bins))
-    if by:
-        table = cells.groupby(by, sort=False)[list(COUNT_COLUMNS)].sum().reset_index()
-    else:
-        table = cells[list(COUNT_COLUMNS)].sum().to_frame().T.reset_index(drop=True)
+    cells = cells.assign_coords(
+        depth=("cell", depth_bin(cells["relative_depth"].values, depth_bins)))
+    groups = group_counts(cells, by)
+    columns = {key: groups[key].values for key in by}
+    columns.update({name: groups[name].values for name in COUNT_COLUMNS})
     if "model" in by and "layer" in by:
-        depth = cells.drop_duplicates(["model", "layer"])[["model", "layer", "relative_depth"]]
-        table = table.merge(depth, on=["model", "layer"], how="left")
+        columns["relative_depth"] = groups["relative_depth"].values
     if "depth" in by:
-        table["depth_low"] = table["depth"] / depth_bins
-        table["depth_high"] = (table["depth"] + 1) / depth_bins
-    return with_rates(table, "holding", "inputs")
+        columns["depth_low"] = groups["depth"].values / depth_bins
+        columns["depth_high"] = (groups["depth"].values + 1) / depth_bins
+    columns.update({name: values.values for name, values in rates(
+        groups["holding"], groups["inputs"]).items()})
+    return pd.DataFrame(columns)
 
 
-def cell_counts(tree: xr.DataTree, tol: float | None = None) -> pd.DataFrame:
-    """Counts per (model, layer, token_set): OK inputs, holding among them, pending, skipped,
-    disagreements."""
+def group_counts(cells: xr.Dataset, by: Sequence[str]) -> xr.Dataset:
+    """The counts of `cell_counts` summed per group of `by` (coordinates of the `cell` dim), along
+    a `group` dim: one group per combination of `by` that occurs, in order of first appearance,
+    the keys as coordinates on it, and `relative_depth` when the groups are layers of a model
+    (`by` holds model and layer). With `by` empty, one group: every cell."""
+    layers = "model" in by and "layer" in by
+    counts = cells.reset_coords("relative_depth")[
+        [*COUNT_COLUMNS, *(["relative_depth"] if layers else [])]]
+    if not by:
+        return counts.sum("cell").expand_dims("group")
+    if not cells.sizes["cell"]:
+        empty = {key: ("group", cells[key].values) for key in by}
+        return counts.reset_coords(drop=True).rename(cell="group").assign_coords(empty)
+    first = xr.DataArray(np.arange(cells.sizes["cell"]), dims="cell",
+                         coords={key: cells[key] for key in by})
+    grouped = counts[list(COUNT_COLUMNS)].groupby(list(by)).sum()
+    if layers:  # one value per group: the layer's own
+        grouped["relative_depth"] = counts["relative_depth"].groupby(list(by)).max()
+    grouped["first"] = first.groupby(list(by)).min()  # NaN: a combination that never occurs
+    stacked = grouped.stack(group=list(by))
+    stacked = stacked.isel(group=np.flatnonzero(np.isfinite(stacked["first"].values)))
+    stacked = stacked.sortby("first").drop_vars("first").reset_index("group")
+    return _as_counts(stacked.drop_vars("group", errors="ignore"))
+
+
+def rates(k: xr.DataArray, n: xr.DataArray) -> xr.Dataset:
+    """`rate` = k / n with its 95% Wilson interval (`ci_low`, `ci_high`), elementwise: counts
+    divided once. With no trials the rate is NaN and the interval (0, 1), as `workers.baseline`
+    defines it."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rate = k.astype(np.float64) / n
+    low, high = xr.apply_ufunc(
+        lambda a, b: wilson_interval(int(a), int(b)), k, n, vectorize=True,
+        output_core_dims=[[], []], output_dtypes=[np.float64, np.float64],
+    )
+    return xr.Dataset({"rate": rate, "ci_low": low, "ci_high": high})
+
+
+def cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
+    """Counts per (model, layer, token_set) along one `cell` dim (coordinates model, layer,
+    token_set, relative_depth): OK inputs, holding among them, pending, skipped, disagreements,
+    each summed over the inputs by xarray."""
     tol = check_tol(tol)
-    lazy = [_counts(tree[name].to_dataset(), tol) for name in model_names(tree)]
-    computed = dask.compute(*lazy)
-    frames = []
-    for name, counts in zip(model_names(tree), computed, strict=True):
-        frame = counts.to_dataframe().reset_index()
-        frame.insert(0, "model", name)
-        frames.append(frame)
-    columns = ["model", "layer", "token_set", "relative_depth", *COUNT_COLUMNS]
-    if not frames:
-        return pd.DataFrame({column: [] for column in columns})
-    cells = pd.concat(frames, ignore_index=True)[columns]
-    return cells.astype({column: np.int64 for column in COUNT_COLUMNS})
+    names = model_names(tree)
+    computed = dask.compute(*[_counts(tree[name].to_dataset(), tol) for name in names])
+    cells = [
+        counts.stack(cell=("layer", "token_set")).reset_index("cell")
+        .assign_coords(model=("cell", np.full(counts["layer"].size * counts["token_set"].size,
+                                              name, dtype=object)))
+        for name, counts in zip(names, computed, strict=True)
+    ]
+    if not cells:
+        empty = {key: ("cell", np.array([], dtype=dtype)) for key, dtype in (
+            ("model", object), ("layer", np.int64), ("token_set", object),
+            ("relative_depth", np.float64))}
+        return xr.Dataset({name: ("cell", np.array([], dtype=np.int64))
+                           for name in COUNT_COLUMNS}, coords=empty)
+    return _as_counts(xr.concat(cells, dim="cell"))
+
+
+def _as_counts(ds: xr.Dataset) -> xr.Dataset:
+    """`ds` with its count variables as int64 (sums of booleans; groupby sums may be floats)."""
+    return ds.assign({name: ds[name].astype(np.int64) for name in COUNT_COLUMNS})
 
 
 def holds(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:

@@ -17,6 +17,7 @@ from workers.inputs import DatasetSpec, open_dataset
 from workers.models import PRESETS, STUDY_IMAGE_SIZE, resolve_model
 from workers.models.hf import sized_processor_kwargs
 from workers.models.timm_ import prefix_kinds
+from workers.models.token_layout import token_layout
 from workers.token_kinds import TokenKind as K
 
 
@@ -53,6 +54,7 @@ def test_hf_checkpoint_at_another_size_interpolates_its_positions(tmp_path):
     tiny.processor.save_pretrained(tmp_path)
     spec = resolve_model(f"hf:{tmp_path}", image_size=84)
     assert extract_shape(spec) == (2, 37, 37)
+    assert token_layout(spec).tokens == 37  # the plan sizes it as extraction does
     ex = load_extractor(spec, device="cpu")
     # the processor's ratio kept: shortest edge 64 for a 56 px crop -> 96 for 84
     assert ex.processor_kwargs == {"size": {"shortest_edge": 96},

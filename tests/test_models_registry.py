@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import pickle
 
 import pytest
 
 from storage.errors import InputError
-from workers.models import PRESETS, ModelSpec, resolve_model
+from workers.models import FAMILY_MODULES, PRESETS, ModelSpec, resolve_model
+from workers.models.token_layout import TokenLayout, token_layout
 
 STUDY = [
     "dinov2-small", "dinov2-base", "dinov2-large", "dinov2-small-reg", "dinov2-base-reg",
@@ -91,3 +93,13 @@ def test_options_that_do_not_apply_are_refused():
         resolve_model("tiny-roberta", max_epochs=3)
     with pytest.raises(InputError, match=r"\['weights'\] do not apply"):
         resolve_model("dinov2-small", weights="w.safetensors")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILY_MODULES))
+def test_a_family_is_its_module_and_the_planner_sizes_it_through_that_module(family, monkeypatch):
+    module = importlib.import_module(FAMILY_MODULES[family])
+    assert callable(module.build_extractor) and callable(module.token_layout)
+    spec = next(spec for spec in PRESETS.values() if spec.family == family)
+    marker = TokenLayout(n_layers=7, tokens=3)
+    monkeypatch.setattr(module, "token_layout", lambda got, _: marker if got == spec else None)
+    assert token_layout(spec, dataset=None) is marker

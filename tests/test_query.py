@@ -6,14 +6,18 @@ import shutil
 
 import numpy as np
 import pytest
+import xarray as xr
 import zarr
 
 from storage.errors import InputError
 from storage.query import (
     attaining_special,
+    cell_counts,
+    group_counts,
     holding_rates,
     holds_by_characterisation,
     open_results,
+    rates,
 )
 from tests.store_fixtures import FixtureModel, hand_store, write_store
 
@@ -109,6 +113,23 @@ def test_coarser_groupings_sum_counts_before_dividing(tree):
     assert len(overall) == 1
     assert overall.iloc[0]["holding"] == 17 and overall.iloc[0]["inputs"] == 25
     assert overall.iloc[0]["rate"] == pytest.approx(17 / 25)
+
+
+def test_counts_are_summed_as_xarray_and_divided_once(tree):
+    cells = cell_counts(tree)  # one cell per (model, layer, token_set), counts over inputs
+    assert isinstance(cells, xr.Dataset) and cells.sizes["cell"] == 7
+    assert cells["inputs"].dtype == np.int64
+    groups = group_counts(cells, ["token_set"])  # first appearance: all, then content
+    assert groups["token_set"].values.tolist() == ["all", "content"]
+    assert groups["holding"].values.tolist() == [8, 9]
+    assert groups["inputs"].values.tolist() == [14, 11]
+    divided = rates(groups["holding"], groups["inputs"])
+    assert isinstance(divided, xr.Dataset) and divided["rate"].dims == ("group",)
+    np.testing.assert_allclose(divided["rate"].values, [8 / 14, 9 / 11])
+    np.testing.assert_allclose(divided["ci_low"].values[0], wilson_by_quadratic(8, 14)[0])
+    empty = rates(xr.DataArray([0]), xr.DataArray([0]))
+    assert np.isnan(empty["rate"].item())
+    assert (empty["ci_low"].item(), empty["ci_high"].item()) == (0, 1)
 
 
 def test_depth_bins_group_layers_by_relative_depth(tree):

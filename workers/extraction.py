@@ -9,7 +9,6 @@ forward pass. The sink averages heads as each layer is produced, so one layer's
 
 from __future__ import annotations
 
-import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
@@ -22,7 +21,7 @@ import numpy as np
 import torch
 
 from storage.errors import ExtractionError, InputError
-from workers.models import FAMILY_MODULES, ModelSpec
+from workers.models import ModelSpec, family_module
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 Sink = Callable[[torch.Tensor], None]
@@ -155,21 +154,13 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("DOBRUSHIN_CACHE", "~/.cache/dobrushin-sweep")).expanduser()
 
 
-def family(spec: ModelSpec) -> Any:
-    """The module of `spec`'s family (`workers.models.FAMILY_MODULES`, imported on first use)."""
-    if spec.family not in FAMILY_MODULES:
-        raise InputError(f"model {spec.name!r}: unknown family {spec.family!r}; use "
-                         f"{sorted(FAMILY_MODULES)}")
-    return importlib.import_module(FAMILY_MODULES[spec.family])
-
-
 def prepare_model(
     spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
 ) -> dict[str, Any] | None:
     """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
     training record (the cached one when the checkpoint exists). None for models that need no
     preparation (pretrained and tiny models, random-init controls)."""
-    prepare = getattr(family(spec), "prepare", None)
+    prepare = getattr(family_module(spec), "prepare", None)
     if prepare is None:
         return None
     return prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
@@ -179,7 +170,7 @@ def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
     """The inputs `spec` is measured on, from the spec and `dataset` alone (no training):
     FT-Transformer's test rows (option `split: test`) or every row (`split: all`); for every other
     model the dataset itself."""
-    select = getattr(family(spec), "model_dataset", None)
+    select = getattr(family_module(spec), "model_dataset", None)
     return dataset if select is None else select(spec, dataset)
 
 
@@ -193,5 +184,5 @@ def load_extractor(
 ) -> Extractor:
     """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
-    return family(spec).build_extractor(spec, dataset, Path(cache_dir or default_cache_dir()),
-                                        torch_device, torch_dtype)
+    cache = Path(cache_dir or default_cache_dir())
+    return family_module(spec).build_extractor(spec, dataset, cache, torch_device, torch_dtype)

@@ -15,6 +15,7 @@ random weights, see `workers.models.random_init`); image models also `image_size
 
 from __future__ import annotations
 
+import importlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -29,13 +30,21 @@ FAMILY_MODULES: dict[str, str] = {
     "ft-transformer": "workers.models.ft_transformer",
 }
 """The model families and their modules: each defines `build_extractor(spec, dataset,
-cache_dir, device, dtype)`, and may define `prepare(spec, dataset, cache_dir)` (a training
-record, or None) and `model_dataset(spec, dataset)` (the inputs it is measured on); see
-`workers.extraction`. A new family is one module, its line here and its token layout
-(`workers.models.token_layout.LAYOUTS`)."""
+cache_dir, device, dtype)` (see `workers.extraction`) and `token_layout(spec, dataset)` (its size
+from the spec alone, see `workers.models.token_layout`), and may define `prepare(spec, dataset,
+cache_dir)` (a training record, or None) and `model_dataset(spec, dataset)` (the inputs it is
+measured on). A new family is one module and its line here."""
 FAMILIES = tuple(FAMILY_MODULES)
 MODALITIES = ("image", "text", "tabular")
 SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer")
+
+
+def family_module(spec: ModelSpec) -> Any:
+    """The module of `spec`'s family (`FAMILY_MODULES`), imported on first use."""
+    if spec.family not in FAMILY_MODULES:
+        raise InputError(f"model {spec.name!r}: unknown family {spec.family!r}; use "
+                         f"{sorted(FAMILY_MODULES)}")
+    return importlib.import_module(FAMILY_MODULES[spec.family])
 
 
 @dataclass(frozen=True)

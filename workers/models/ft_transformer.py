@@ -45,10 +45,11 @@ from workers.models.ft_data import (
     table_split,
 )
 from workers.models.ft_options import measured_layers, training_options
+from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
 __all__ = ["FTExtractor", "checkpoint_path", "ensure_checkpoint", "full_attention",
-           "model_dataset", "prepare", "split_indices", "train"]
+           "model_dataset", "prepare", "split_indices", "token_layout", "train"]
 
 
 def checkpoint_path(spec: ModelSpec, table: Table, cache_dir: Path) -> Path:
@@ -77,6 +78,13 @@ def model_dataset(spec: ModelSpec, dataset: Dataset) -> Dataset:
     """
     table = _table(spec, dataset)
     return dataset.subset(model_rows(spec.options, spec.seed, table))
+
+
+def token_layout(spec: ModelSpec, dataset: Dataset | None) -> TokenLayout:
+    """The measured blocks (`ft_options.measured_layers`) and CLS + one token per feature of the
+    table: from the spec and the table alone, nothing trained."""
+    table = _table(spec, dataset)
+    return TokenLayout(measured_layers(spec.options), tokens=len(table.feature_names) + 1)
 
 
 def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
@@ -195,7 +203,6 @@ def full_attention(module: MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
 
 def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache_dir: Path,
                     device: torch.device, dtype: torch.dtype) -> FTExtractor:
-    """The family's entry in `workers.extraction.FAMILIES`: it needs its tabular dataset."""
-    if dataset is None or dataset.table is None:
-        raise InputError(f"model {spec.name!r} needs a tabular dataset (it is trained on it)")
+    """The family's entry in `workers.models.FAMILY_MODULES`: it needs its tabular dataset."""
+    _table(spec, dataset)
     return FTExtractor(spec, dataset, cache_dir, device, dtype)

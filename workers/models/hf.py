@@ -32,11 +32,14 @@ from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
 from workers.models.random_init import control_seed, seeded
 from workers.models.tiny_text import tiny_tokenizer
+from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
 # Prefix tokens (before the patches) of image model types whose layout is known.
 IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+# Synthetic pictures `token_layout` runs the image processor on: portrait and landscape.
+PROBE_SIZES = ((640, 427), (427, 640))
 
 
 def model_location(source: str) -> str:
@@ -149,22 +152,30 @@ class HFExtractor(Extractor):
                 f"{self.n_layers} layers; only encoders declaring their attention modules "
                 "(transformers `_can_record_outputs`) are supported"
             )
+        self._set_up_preprocessing()
+        forward = set(inspect.signature(self.model.forward).parameters)
         if spec.modality == "text":
-            self.tokenizer = self._tokenizer()
-            self.input_names = set(inspect.signature(self.model.forward).parameters)
+            self.input_names = forward
         else:
-            self.processor = self._image_processor()
             size = spec.options.get("image_size")
-            self.processor_kwargs = (
-                sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
-            )
-            forward = set(inspect.signature(self.model.forward).parameters)
             self.interpolate = (
                 "interpolate_pos_encoding" in forward
                 and size is not None and int(size) != int(self.config.image_size)
             )
 
     # --- preprocessing -------------------------------------------------------------------------
+    def _set_up_preprocessing(self) -> None:
+        """The tokenizer, or the image processor and its `image_size` arguments: all that
+        `token_counts` needs (no model; `token_layout` runs it on an adapter without one)."""
+        if self.spec.modality == "text":
+            self.tokenizer = self._tokenizer()
+            return
+        self.processor = self._image_processor()
+        size = self.spec.options.get("image_size")
+        self.processor_kwargs = (
+            sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
+        )
+
     def _tokenizer(self) -> Any:
         max_positions = getattr(self.config, "max_position_embeddings", 512)
         if self.config.model_type in ("roberta", "xlm-roberta", "camembert"):
@@ -273,5 +284,30 @@ class HFExtractor(Extractor):
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
                     dtype: torch.dtype) -> HFExtractor:
-    """The family's entry in `workers.extraction.FAMILIES` (no dataset or cache needed)."""
+    """The family's entry in `workers.models.FAMILY_MODULES` (no dataset or cache needed)."""
     return HFExtractor(spec, device, dtype)
+
+
+def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
+    """Layers (the config's) and tokens of `spec`, from its config, tokenizer or image processor
+    alone: the adapter's own preprocessing on an adapter that has no model (no weights loaded).
+
+    Text: each input's tokens, counted by the tokenizer when asked. Images: the processor runs on
+    two blank pictures (`PROBE_SIZES`); an output size that follows the input's is refused.
+    """
+    from PIL import Image
+
+    shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
+    shell.spec, shell.config = spec, _config(spec)
+    shell._set_up_preprocessing()
+    n_layers = int(shell.config.num_hidden_layers)
+    if spec.modality == "text":
+        return TokenLayout(n_layers, count=shell.token_counts)
+    shapes = {tuple(shell._pixels([Image.new("RGB", size)]).shape[-2:]) for size in PROBE_SIZES}
+    if len(shapes) != 1:
+        raise InputError(
+            f"model {spec.name!r}: its image processor's output size follows the input's "
+            f"({sorted(shapes)}): set a crop size so every image has the same tokens"
+        )
+    height, width = shapes.pop()
+    return TokenLayout(n_layers, tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))

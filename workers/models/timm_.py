@@ -13,6 +13,7 @@ same architecture and tag (so the same preprocessing), seeded from `control_seed
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from storage.errors import ExtractionError, InputError
 from workers.extraction import Batch, Extractor, Sink
 from workers.models import ModelSpec
 from workers.models.random_init import control_seed, seeded
+from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
 
@@ -122,5 +124,15 @@ class TimmExtractor(Extractor):
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
                     dtype: torch.dtype) -> TimmExtractor:
-    """The family's entry in `workers.extraction.FAMILIES` (no dataset or cache needed)."""
+    """The family's entry in `workers.models.FAMILY_MODULES` (no dataset or cache needed)."""
     return TimmExtractor(spec, device, dtype)
+
+
+def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
+    """Blocks and tokens of `spec`: the architecture built on torch's `meta` device (no memory,
+    no initialisation, no weights), since timm derives the patch grid and prefix tokens from its
+    entrypoint's arguments and exposes them nowhere else."""
+    with torch.device("meta"):
+        model = build_model(replace(spec, pretrained=False, weights=None))
+    return TokenLayout(len(model.blocks),
+                       tokens=len(prefix_kinds(model)) + int(model.patch_embed.num_patches))
