@@ -55,9 +55,10 @@ def checkpoint_path(spec: ModelSpec, table: Table, cache_dir: Path) -> Path:
     """Where the checkpoint of `spec` trained on `table` lives (its record: same stem, .json).
 
     The key covers what determines training: the spec without its measurement-only options
-    (`split`, `last_block`), and the table's content.
+    (`split`, `last_block`, `heads`), and the table's content.
     """
     trained = {**spec.to_dict(), "config": training_options(spec.options)}
+    trained.pop("heads", None)  # averaged or kept per head, the weights are the same
     key = json.dumps({"spec": trained, "table": table.fingerprint}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"ft-transformer-{digest}.safetensors"

@@ -13,6 +13,9 @@ for images and tables, one tokenizer pass (no model) for text. One function per 
   the patch grid and prefix tokens from its entrypoint's arguments, which it exposes nowhere else).
 - `ft-transformer`: CLS + one token per feature of the table; `n_blocks` layers. Nothing trained.
 
+Every layout also gives the heads of each layer (`n_heads`): the store keeps that many maps per
+layer for a model whose `heads` option is `each`.
+
 `needs_preparation(spec)` says whether a model has work to do before extraction (training).
 """
 
@@ -24,7 +27,7 @@ from typing import Any
 
 from storage.errors import InputError
 from workers.models import ModelSpec
-from workers.models.ft_options import measured_layers
+from workers.models.ft_options import HEADS, measured_layers
 
 # Synthetic pictures the image processor runs on: portrait and landscape, like real inputs.
 PROBE_SIZES = ((640, 427), (427, 640))
@@ -32,10 +35,11 @@ PROBE_SIZES = ((640, 427), (427, 640))
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """Layers of a model and the real tokens of its inputs: fixed (`tokens`) or per input
-    (`count`, e.g. text), never needing a forward pass."""
+    """Layers and attention heads per layer of a model, and the real tokens of its inputs:
+    fixed (`tokens`) or per input (`count`, e.g. text), never needing a forward pass."""
 
     n_layers: int
+    n_heads: int  # attention heads of each layer (the model's, whatever its `heads` option)
     tokens: int | None = None  # every input's T, when it does not depend on the input
     count: Callable[[Sequence[Any]], list[int]] | None = None  # per input T (text)
 
@@ -75,10 +79,10 @@ def _hf_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     config = hf_config(spec)
     shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
     shell.spec, shell.config = spec, config
-    n_layers = int(config.num_hidden_layers)
+    n_layers, n_heads = int(config.num_hidden_layers), int(config.num_attention_heads)
     if spec.modality == "text":
         shell.tokenizer = shell._tokenizer()
-        return TokenLayout(n_layers, count=shell.token_counts)
+        return TokenLayout(n_layers, n_heads, count=shell.token_counts)
     shell.processor = shell._image_processor()
     shapes = set()
     for size in PROBE_SIZES:
@@ -90,7 +94,8 @@ def _hf_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
             f"({sorted(shapes)}): set a crop size so every image has the same tokens"
         )
     height, width = shapes.pop()
-    return TokenLayout(n_layers, tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))
+    return TokenLayout(n_layers, n_heads,
+                       tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))
 
 
 def _timm_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
@@ -100,7 +105,7 @@ def _timm_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
 
     with torch.device("meta"):  # shapes only: no storage, no initialisation, no weights
         model = build_model(replace(spec, pretrained=False, weights=None))
-    return TokenLayout(len(model.blocks),
+    return TokenLayout(len(model.blocks), int(model.blocks[0].attn.num_heads),
                        tokens=len(prefix_kinds(model)) + int(model.patch_embed.num_patches))
 
 
@@ -108,7 +113,7 @@ def _ft_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     table = getattr(dataset, "table", None)
     if table is None:
         raise InputError(f"model {spec.name!r} needs a tabular dataset (it is trained on it)")
-    return TokenLayout(measured_layers(spec.options), tokens=len(table.feature_names) + 1)
+    return TokenLayout(measured_layers(spec.options), HEADS, tokens=len(table.feature_names) + 1)
 
 
 LAYOUTS: dict[str, Callable[[ModelSpec, Any], TokenLayout]] = {
