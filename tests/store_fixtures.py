@@ -5,9 +5,8 @@ consistently from them: bound = (1 + kappa)/2, kappa_factor = bound - margin, ho
 slack = margin where the characterisation agrees with the definition (else 0 or X), content_gap =
 +inf where attaining_special else 0, unless given.
 Cells whose status is not OK keep the layout's fill values, as an unfinished sweep leaves them.
-Verdict arrays are (input, layer, token_set) for a head-averaged model (stored with one `mean`
-head), or (input, layer, head, token_set) for a model that kept every head; `legacy=True` writes
-the layout from before the head dimension.
+Models are head-averaged: their (input, layer, token_set) verdicts are stored with one `mean`
+head.
 """
 
 from __future__ import annotations
@@ -22,8 +21,6 @@ from storage.layout import (
     BASELINE_GROUP,
     BASELINE_VARS,
     FORMAT,
-    LEGACY_ATTENTION_DIMS,
-    LEGACY_RESULT_DIMS,
     MEAN_HEAD,
     MODEL_VARS,
     RESULT_VARS,
@@ -35,8 +32,7 @@ from workers.token_kinds import TokenKind
 
 @dataclass(frozen=True)
 class FixtureModel:
-    """Verdicts of one model; arrays are (input, layer, token_set), or (input, layer, head,
-    token_set) for a model that kept every head, unless noted."""
+    """Verdicts of one model; arrays are (input, layer, token_set) unless noted."""
 
     margin: np.ndarray
     status: np.ndarray
@@ -71,16 +67,14 @@ def write_store(
     models: dict[str, FixtureModel],
     baseline: FixtureBaseline | None = None,
     store_format: str = FORMAT,
-    legacy: bool = False,
 ) -> Path:
-    """Write a sweep store at `path` holding `models` and `baseline`; return the path. `legacy`:
-    model groups as written before the head dimension (head-averaged models only)."""
+    """Write a sweep store at `path` holding `models` and `baseline`; return the path."""
     root = zarr.open_group(path, mode="w", zarr_format=3)
     root.attrs.update(
         {"format": store_format, "fingerprint": {}, "config": {}, "models": list(models)}
     )
     for name, model in models.items():
-        _write_model(root.create_group(name), model, legacy)
+        _write_model(root.create_group(name), model)
     if baseline is not None:
         group = root.create_group(BASELINE_GROUP)
         for var, spec in BASELINE_VARS.items():
@@ -106,21 +100,16 @@ def _array(group: zarr.Group, name: str, spec, values: np.ndarray,
     return array
 
 
-def _write_model(group: zarr.Group, model: FixtureModel, legacy: bool = False) -> None:
+def _write_model(group: zarr.Group, model: FixtureModel) -> None:
+    model = _with_head_axis(model)  # head-averaged: one `mean` head
     status = np.asarray(model.status, dtype=np.int8)
-    per_head = status.ndim == 4
-    if not per_head:  # head-averaged: one `mean` head
-        status = status[:, :, None]
-        model = _with_head_axis(model)
     n_inputs, n_layers, n_heads, n_sets = status.shape
-    if legacy and per_head:
-        raise ValueError("stores from before the head dimension are head-averaged")
     group.attrs.update(
         {
             "source": "fixture",
             "dataset": "fixture",
             "n_layers": n_layers,
-            **({} if legacy else {"n_heads": n_heads}),
+            "n_heads": n_heads,
             "t_max": model.t_max,
             "token_sets": list(model.token_sets),
             "shard_size": 2,
@@ -136,26 +125,17 @@ def _write_model(group: zarr.Group, model: FixtureModel, legacy: bool = False) -
                               size=(n_inputs, n_layers, n_heads, model.t_max))
     model_values = {
         "input_id": np.array([f"img-{i:03d}" for i in range(n_inputs)]),
-        "head": np.array([str(h) for h in range(n_heads)] if per_head else [MEAN_HEAD]),
+        "head": np.array([MEAN_HEAD]),
         "n_tokens": n_tokens,
         "token_kind": kinds,
         "input_digest": np.array([f"{i:064x}" for i in range(n_inputs)]),
         "attention": attention.astype(np.float32),  # (input, layer, head, query, key)
     }
     for var, spec in MODEL_VARS.items():
-        if legacy and var == "head":
-            continue
-        if legacy and var == "attention":
-            _array(group, var, spec, model_values[var][:, :, 0], LEGACY_ATTENTION_DIMS)
-            continue
         _array(group, var, spec, model_values[var])
     results = group.create_group(RESULTS_GROUP)
     for var, spec in RESULT_VARS.items():
-        values = _result_values(model, var, status, n_tokens)
-        if legacy:
-            _array(results, var, spec, values[:, :, 0], LEGACY_RESULT_DIMS)
-        else:
-            _array(results, var, spec, values)
+        _array(results, var, spec, _result_values(model, var, status, n_tokens))
 
 
 def _with_head_axis(model: FixtureModel) -> FixtureModel:
