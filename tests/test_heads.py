@@ -19,6 +19,7 @@ from storage.integrity import checksums
 from storage.layout import LEGACY_ATTENTION_DIMS, LEGACY_RESULT_DIMS, RESULT_VARS, RESULTS_GROUP
 from storage.markers import marker_name
 from storage.query import holding_rates, open_results
+from sweep.cli import main
 from sweep.config import load_config, parse_config
 from sweep.report import build_report, render_json, render_markdown
 from sweep.runner import InProcessExecutor, run_sweep
@@ -249,3 +250,10 @@ def _squeeze(group: zarr.Group, name: str, dims: tuple[str, ...], stop: int | No
     new = group.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype,
                              fill_value=fill, dimension_names=dims, attributes=attributes)
     new[:stop] = values[:stop]
+
+
+def test_sweep_extract_keeps_every_head_with_heads_each(tmp_path):
+    out = tmp_path / "vit.npz"
+    assert main(["extract", "tiny-vit", "sklearn:sample_images", "--limit", "1", "--heads",
+                 "each", "--out", str(out)]) == 0
+    assert np.load(out)["attention_0"].shape == (2, 4, 17, 17)  # (layer, head, query, key)
