@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
+from storage.store import StoredAttention, create_root, ensure_model, open_model, write_attention, write_tokens
 from sweep.plan import TestTask
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
 from workers.scratch import scratch
@@ -102,7 +102,7 @@ def write_shard(folder: Path, case: Case) -> TestTask:
                  shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
     root.attrs["models"] = ["m"]
     group = open_model(folder / "store.zarr", "m", mode="r+")
-    write_attention(group, 0, case.attention)
+    write_attention(group, 0, case.attention[:, :, None])  # one head: head-averaged
     n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
     write_tokens(group, 0, n_tokens, case.token_kind)
     return TestTask("test-m-00000", str(folder / "store.zarr"), "m", 0, 0, n, TOKEN_SETS, 1e-12)
@@ -128,15 +128,15 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
     stacks = [restrict_layers(a, keep)[0] for a, keep, _ in jobs]
     specials = [special_mask(kinds)[keep] for _, keep, kinds in jobs]
     products = [rollout_products(s) for s in stacks]
-    results = evaluate_shard(case.attention, n_tokens, case.token_kind, TOKEN_SETS, 1e-12,
-                             rollout)
+    results = evaluate_shard(case.attention[:, :, None], n_tokens, case.token_kind, TOKEN_SETS,
+                             1e-12, rollout)  # one head: head-averaged
 
     def read() -> None:  # as run_test reads: one input's attention at a time
         group["n_tokens"][:]
         group["token_kind"][:]
-        attention = group["attention"]
+        attention = StoredAttention(group, 0, case.attention.shape[0])
         for i in range(case.attention.shape[0]):
-            attention[i, :, :int(n_tokens[i]), :int(n_tokens[i])]
+            attention[i]
 
     def write() -> None:
         for name, values in results.items():

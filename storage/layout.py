@@ -4,14 +4,15 @@ One Zarr v3 store per sweep (a directory). Layout::
 
     /                         attrs: config (resolved, JSON), fingerprint, versions, format,
                                  models (names of the model groups)
-    /<model>/                 attrs: source, dataset, n_layers, t_max, token_sets, shard_size,
-                                     n_inputs, n_shards
+    /<model>/                 attrs: source, dataset, n_layers, n_heads, t_max, token_sets,
+                                     shard_size, n_inputs, n_shards
     /<model>/input_id         (input,)                     str   stable input ids
+    /<model>/head             (head,)                      str   "mean", or "0".."H-1"
     /<model>/n_tokens         (input,)                     int32 real tokens of each input
     /<model>/token_kind       (input, token)               int8  TokenKind, PAD beyond n_tokens
     /<model>/input_digest     (input,)                     str   content digest of each input
-    /<model>/attention        (input, layer, query, key)   float32, zero beyond n_tokens
-    /<model>/results/<var>    see RESULT_VARS               one value per (input, layer, token_set)
+    /<model>/attention        (input, layer, head, query, key)  float32, zero beyond n_tokens
+    /<model>/results/<var>    see RESULT_VARS     one value per (input, layer, head, token_set)
     /<model>/nulls/holding    (null, token_set, chunk)     int64 size-matched null: holding
     /<model>/nulls/trials     (null, token_set, chunk)     int64 trials drawn (0: no tested cell)
     /<model>/nulls/disagreements (null, token_set, chunk)  int64 definition != characterisation
@@ -26,6 +27,15 @@ One Zarr v3 store per sweep (a directory). Layout::
 
 Stores written before named nulls have (size, chunk) baseline arrays and no `null` array: the
 readers take them as the `uniform` null (whose stream is unchanged).
+
+Heads: a model whose `heads` option is `mean` (the default) keeps one head-averaged map per layer,
+`head` = ["mean"] (size 1); with `each` it keeps every head, `head` = ["0", ..., "H-1"], and every
+result variable has one cell per head: an (input, layer, head, token_set) cell is one matrix
+tested. `n_heads` (attr) is the size of the `head` dimension. Model groups written before the
+head dimension have (input, layer, query, key) attention, (input, layer, token_set) results
+(LEGACY_RESULT_DIMS), no `head` array and no `n_heads`: they hold head-averaged maps, the readers
+take them as one `mean` head, and `storage.store` writes a resumed one in its own layout (only a
+`mean` model can resume it: `heads` is part of the model's fingerprint).
 
 The model group's attrs also hold `training` (the record of a model the project trained) once
 its preparation task has run.
@@ -79,15 +89,27 @@ MODEL_VARS: dict[str, Var] = {
     "input_digest": Var(
         ("input",), "str", "", "sha256 of what the extraction read (workers.digests; '' before)"
     ),
+    "head": Var(("head",), "str", "", "MEAN_HEAD (heads averaged), or each head's index"),
     "attention": Var(
-        ("input", "layer", "query", "key"), "float32", 0.0,
-        "head-averaged attention probabilities, rows over the input's real tokens",
+        ("input", "layer", "head", "query", "key"), "float32", 0.0,
+        "attention probabilities (head-averaged for the MEAN_HEAD head), rows over the input's "
+        "real tokens",
         compressed=False,  # float32 probabilities barely compress (zstd: 7% on attention-like
         # ViT-B stacks) and zstd cost 3x the CPU of a raw read and of a raw write
     ),
 }
 
-RESULT_DIMS = ("input", "layer", "token_set")
+MEAN_HEAD = "mean"  # the label of the one head of a head-averaged model
+RESULT_DIMS = ("input", "layer", "head", "token_set")
+LEGACY_RESULT_DIMS = ("input", "layer", "token_set")  # model groups from before the head dim
+LEGACY_ATTENTION_DIMS = ("input", "layer", "query", "key")
+
+
+
+def head_labels(heads: str, n_heads: int) -> list[str]:
+    """The `head` coordinate of a model: [MEAN_HEAD] for `heads` mean, else "0".."n_heads-1"."""
+    return [MEAN_HEAD] if heads == "mean" else [str(h) for h in range(n_heads)]
+
 
 RESULT_VARS: dict[str, Var] = {
     "kappa": Var(RESULT_DIMS, "float64", np.nan, "Dobrushin coefficient of A"),

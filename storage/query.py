@@ -32,6 +32,8 @@ from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
     FORMAT,
+    LEGACY_RESULT_DIMS,
+    MEAN_HEAD,
     MODEL_VARS,
     NULLS_GROUP,
     RESULT_VARS,
@@ -43,13 +45,15 @@ from storage.layout import (
 from storage.query_nulls import baseline_dataset, matched_nulls_dataset
 from storage.statistics import wilson_interval
 
-GROUP_KEYS = ("model", "layer", "token_set", "depth")
+GROUP_KEYS = ("model", "layer", "head", "token_set", "depth")
 COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
 
 
 def open_results(store: str | os.PathLike) -> xr.DataTree:
-    """Open a sweep store lazily: one node per model (input, layer, token_set), below it a
-    `nulls` node (null, token_set) of its size-matched nulls, and a baseline node (null, n).
+    """Open a sweep store lazily: one node per model (input, layer, head, token_set), below it
+    a `nulls` node (null, token_set) of its size-matched nulls, and a baseline node (null, n).
+    `head` is ["mean"] for a head-averaged model (and for a model group written before the head
+    dimension), ["0", ..., "H-1"] for one that kept every head.
 
     Raises InputError (one line) when `store` is missing or is not a dobrushin-sweep store.
     """
@@ -90,6 +94,8 @@ def holding_rates(
     `disagreements` (OK cells whose stored verdict and characterisation differ; expected 0).
     `tol` (<= SLACK_WINDOW) re-applies a tolerance to every stored verdict: holds := margin <=
     tol, holds_by_characterisation := slack <= tol (so disagreements are recounted too).
+    Counts are of (input, head) cells: inputs for a head-averaged model, input-head pairs for a
+    model that kept every head; `by` may include `head`.
     """
     return rates_from_cells(cell_counts(tree, tol), by, depth_bins)
 
@@ -162,21 +168,22 @@ def rates(k: xr.DataArray, n: xr.DataArray) -> xr.Dataset:
 
 
 def cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
-    """Counts per (model, layer, token_set) along one `cell` dim (coordinates model, layer,
-    token_set, relative_depth): OK inputs, holding among them, pending, skipped, disagreements,
-    each summed over the inputs by xarray."""
+    """Counts per (model, layer, head, token_set) along one `cell` dim (coordinates model,
+    layer, head, token_set, relative_depth): OK inputs, holding among them, pending, skipped,
+    disagreements, each summed over the inputs by xarray."""
     tol = check_tol(tol)
     names = model_names(tree)
     computed = dask.compute(*[_counts(tree[name].to_dataset(), tol) for name in names])
     cells = [
-        counts.stack(cell=("layer", "token_set")).reset_index("cell")
-        .assign_coords(model=("cell", np.full(counts["layer"].size * counts["token_set"].size,
-                                              name, dtype=object)))
+        counts.stack(cell=("layer", "head", "token_set")).reset_index("cell")
+        .assign_coords(model=("cell", np.full(
+            counts["layer"].size * counts["head"].size * counts["token_set"].size, name,
+            dtype=object)))
         for name, counts in zip(names, computed, strict=True)
     ]
     if not cells:
         empty = {key: ("cell", np.array([], dtype=dtype)) for key, dtype in (
-            ("model", object), ("layer", np.int64), ("token_set", object),
+            ("model", object), ("layer", np.int64), ("head", object), ("token_set", object),
             ("relative_depth", np.float64))}
         return xr.Dataset({name: ("cell", np.array([], dtype=np.int64))
                            for name in COUNT_COLUMNS}, coords=empty)
@@ -299,16 +306,26 @@ def _model_dataset(name: str, group: zarr.Group, path: Path) -> xr.Dataset:
     ids = _array(group, "input_id", MODEL_VARS["input_id"], where)[...]
     input_id = np.array([str(i) for i in ids.tolist()], dtype=object)
     n_layers, token_sets = int(attrs["n_layers"]), [str(t) for t in attrs["token_sets"]]
-    expected = (input_id.shape[0], n_layers, len(token_sets))
+    legacy = "head" not in group  # written before the head dimension: one head-averaged map
+    if legacy:
+        head = np.array([MEAN_HEAD], dtype=object)
+    else:
+        labels = _array(group, "head", MODEL_VARS["head"], where)[...]
+        head = np.array([str(h) for h in labels.tolist()], dtype=object)
+    expected = (input_id.shape[0], n_layers, len(head), len(token_sets))
     data_vars = {}
     for var, spec in RESULT_VARS.items():
-        array = _array(results, var, spec, f"{where}/{RESULTS_GROUP}")
-        if array.shape != expected:
+        stored = Var(LEGACY_RESULT_DIMS, spec.dtype, spec.fill, spec.doc) if legacy else spec
+        array = _array(results, var, stored, f"{where}/{RESULTS_GROUP}")
+        values = da.from_zarr(array)
+        if legacy:
+            values = values[:, :, None, :]  # (input, layer, head, token_set): the mean head
+        if values.shape != expected:
             raise InputError(
                 f"{where}/{RESULTS_GROUP}/{var} has shape {array.shape}, expected {expected} "
-                "(inputs, n_layers, token_sets) from input_id and the model attrs"
+                "(inputs, n_layers, heads, token_sets) from input_id, head and the model attrs"
             )
-        data_vars[var] = (spec.dims, da.from_zarr(array))
+        data_vars[var] = (spec.dims, values)
     n_tokens = _array(group, "n_tokens", MODEL_VARS["n_tokens"], where)
     data_vars["n_tokens"] = (MODEL_VARS["n_tokens"].dims, da.from_zarr(n_tokens))
     layer = np.arange(n_layers)
@@ -317,6 +334,7 @@ def _model_dataset(name: str, group: zarr.Group, path: Path) -> xr.Dataset:
         "input": input_id,
         "layer": layer,
         "relative_depth": ("layer", relative_depth),
+        "head": head,
         "token_set": token_sets,
     }
     return xr.Dataset(data_vars, coords=coords, attrs=attrs)

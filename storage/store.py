@@ -3,7 +3,8 @@
 The driver (holding the store lock) calls `ensure_model` / `ensure_baseline` / `write_root_attrs`
 before any task runs: every array exists, with its final shape, before the first chunk is
 written. Tasks then write only chunks they own: a shard owns whole `n_tokens`, `token_kind` and
-`results` chunks (chunked by `shard_size` inputs) and whole `attention` chunks (one input each);
+`results` chunks (chunked by `shard_size` inputs) and whole `attention` chunks (one input each,
+every layer and head);
 a baseline task owns one (size, chunk) cell. A group's `fingerprint` attribute is written last,
 so a group without one was never finished and is rebuilt.
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -33,7 +35,10 @@ from storage.layout import (
     BASELINE_VARS,
     BOOKKEEPING_DIR,
     FORMAT,
+    LEGACY_ATTENTION_DIMS,
+    LEGACY_RESULT_DIMS,
     MATCHED_VARS,
+    MEAN_HEAD,
     MODEL_VARS,
     NULLS_GROUP,
     RESULT_VARS,
@@ -125,33 +130,37 @@ def _reset_if_unfinished(root: zarr.Group, name: str) -> bool:
 
 def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_layers: int,
                  t_max: int, shard_size: int, token_sets: Sequence[str], attrs: Mapping[str, Any],
-                 fingerprint_inputs: dict[str, Any]) -> bool:
+                 fingerprint_inputs: dict[str, Any],
+                 heads: Sequence[str] = (MEAN_HEAD,)) -> bool:
     """Create model group `name` with every array, or check the existing one's fingerprint.
 
+    `heads`: the `head` coordinate (`storage.layout.head_labels`), one map per layer and label.
     Returns True if the group was created now. Raises StoreMismatchError naming what changed.
     """
     if _reset_if_unfinished(root, name):
         _check_fingerprint(root.store.root, f"model {name!r}", root[name], fingerprint_inputs,
                            f"models.{name}.")
         return False
-    n, s = len(input_ids), len(token_sets)
+    n, h, s = len(input_ids), len(heads), len(token_sets)
     group = root.create_group(name)
     shapes = {
         "input_id": ((n,), (shard_size,)),
+        "head": ((h,), (h,)),
         "n_tokens": ((n,), (shard_size,)),
         "token_kind": ((n, t_max), (shard_size, t_max)),
         "input_digest": ((n,), (shard_size,)),
-        "attention": ((n, n_layers, t_max, t_max), (1, n_layers, t_max, t_max)),
+        "attention": ((n, n_layers, h, t_max, t_max), (1, n_layers, h, t_max, t_max)),
     }
     for var_name, (shape, chunks) in shapes.items():
         _create(group, var_name, MODEL_VARS[var_name], shape, chunks)
     group["input_id"][:] = np.asarray(input_ids, dtype=str)
+    group["head"][:] = np.asarray(heads, dtype=str)
     results = group.create_group(RESULTS_GROUP)
     for var_name, var in RESULT_VARS.items():
-        _create(results, var_name, var, (n, n_layers, s), (shard_size, n_layers, s))
+        _create(results, var_name, var, (n, n_layers, h, s), (shard_size, n_layers, h, s))
     group.attrs.update({
         **attrs,
-        "n_layers": n_layers, "t_max": t_max, "token_sets": list(token_sets),
+        "n_layers": n_layers, "n_heads": h, "t_max": t_max, "token_sets": list(token_sets),
         "shard_size": shard_size, "n_inputs": n, "n_shards": -(-n // shard_size),
         "fingerprint_inputs": fingerprint_inputs,
     })
@@ -267,20 +276,69 @@ def write_input_digest(group: zarr.Group, start: int, digests: Sequence[str]) ->
     group["input_digest"][start:stop] = np.asarray(digests, dtype=str)
 
 
+def _legacy(array: zarr.Array, legacy_dims: tuple[str, ...]) -> bool:
+    """Whether `array` has the layout of a model group from before the head dimension."""
+    return tuple(array.metadata.dimension_names or ()) == legacy_dims
+
+
+def _one_head(values: np.ndarray, what: str) -> np.ndarray:
+    """`values` (..., head, x) without its head axis (axis 2), for a model group from before the
+    head dimension; ValueError unless there is exactly one head (the head average)."""
+    if values.shape[2] != 1:
+        raise ValueError(f"{what}: {values.shape[2]} heads for a store written before the head "
+                         "dimension (it holds head-averaged maps only)")
+    return values[:, :, 0]
+
+
 def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> None:
-    """Write the padded attention (b, layer, t_max, t_max) of inputs start..start+b."""
-    group["attention"][start:start + len(attention)] = attention
+    """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b."""
+    array = group["attention"]
+    if _legacy(array, LEGACY_ATTENTION_DIMS):
+        attention = _one_head(attention, f"{array.path}")
+    array[start:start + len(attention)] = attention
+
+
+def read_attention(group: zarr.Group, start: int, stop: int) -> np.ndarray:
+    """The padded attention (input, layer, head, query, key) of inputs start..stop; one `mean`
+    head for a model group from before the head dimension."""
+    array = group["attention"]
+    attention = array[start:stop]
+    return attention[:, :, None] if _legacy(array, LEGACY_ATTENTION_DIMS) else attention
+
+
+@dataclass(frozen=True)
+class StoredAttention:
+    """A shard's attention in the store, read one input at a time: `[i]` is input start + i's
+    padded (layer, head, query, key) stack (`read_attention`); `shape` is the shard's."""
+
+    group: zarr.Group
+    start: int
+    stop: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        array = self.group["attention"]
+        heads = 1 if _legacy(array, LEGACY_ATTENTION_DIMS) else array.shape[2]
+        return (self.stop - self.start, array.shape[1], heads, *array.shape[-2:])
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        if not 0 <= i < self.stop - self.start:
+            raise IndexError(f"input {i} of a shard of {self.stop - self.start}")
+        return read_attention(self.group, self.start + i, self.start + i + 1)[0]
 
 
 def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarray]) -> None:
-    """Write one whole shard's result variables, each (n, layer, token_set)."""
+    """Write one whole shard's result variables, each (n, layer, head, token_set)."""
     unknown = set(results) ^ set(RESULT_VARS)
     if unknown:
         raise ValueError(f"results must hold exactly {sorted(RESULT_VARS)}; differs: {unknown}")
     stop = start + len(next(iter(results.values())))
     _shard_bounds(group, start, stop)
     for name, values in results.items():
-        group[RESULTS_GROUP][name][start:stop] = values
+        array = group[RESULTS_GROUP][name]
+        if _legacy(array, LEGACY_RESULT_DIMS):
+            values = _one_head(values, f"{array.path}")
+        array[start:stop] = values
 
 
 def write_baseline(store: str | Path, size_index: int, chunk: int, holding: int,

@@ -32,7 +32,7 @@ from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.inputs import DatasetSpec, infer_kind
-from workers.models import resolve_model
+from workers.models import check_heads, resolve_model
 from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
@@ -238,10 +238,11 @@ def _check_source(name: str, model: ModelConfig) -> None:
     at load. A hub id whose modality must be read from the hub is left to `sweep.preflight`,
     which runs before anything is written (loading a config reaches no network)."""
     source = model.source.strip()
-    if source.startswith("hf:") and "modality" not in model.options \
-            and not Path(source[3:]).expanduser().is_dir():
-        return
     try:
+        check_heads(source, model.options.get("heads", "mean"))
+        if source.startswith("hf:") and "modality" not in model.options \
+                and not Path(source[3:]).expanduser().is_dir():
+            return
         resolve_model(source, **model.options)
     except InputError as error:
         raise InputError(f"models.{name}: {error}") from None

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from storage.fingerprint import fingerprint
+from storage.layout import head_labels
 from sweep.config import SweepConfig
 from workers.baseline import BlockSpan, chunk_span
 from workers.inputs import DatasetSpec
@@ -45,12 +46,14 @@ class ModelFacts:
     n_layers: int
     t_max: int  # most real tokens of any input
     cube_sum: int  # sum over inputs of T^3 // 2: pair-elements of one layer's test
+    n_heads: int = 1  # maps the store keeps per layer: 1 (head-averaged), or the model's heads
 
     @classmethod
     def from_counts(cls, input_ids: tuple[str, ...], n_layers: int,
-                    token_counts: list[int] | tuple[int, ...]) -> ModelFacts:
+                    token_counts: list[int] | tuple[int, ...], n_heads: int = 1) -> ModelFacts:
         """Facts from each input's real token count."""
-        return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts))
+        return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts),
+                   n_heads)
 
 
 class Fingerprinted:
@@ -108,9 +111,15 @@ class ModelPlan(Fingerprinted):
     batch_size: int
     device: str
     ids_sha256: str
-    work: int  # pair-elements of the test: sum over inputs, layers, sets of T^3 / 2 (upper bound)
+    work: int  # pair-elements of the test: sum over inputs, layers, heads, sets of T^3 / 2 (bound)
     cube_sum: int
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES
+    n_heads: int = 1  # maps kept per layer: 1 (spec.heads mean), or the model's heads (each)
+
+    @property
+    def heads(self) -> list[str]:
+        """The store's `head` coordinate (`storage.layout.head_labels`)."""
+        return head_labels(self.spec.heads, self.n_heads)
 
     @property
     def n_shards(self) -> int:
@@ -136,7 +145,7 @@ class ModelPlan(Fingerprinted):
     @property
     def attention_bytes(self) -> int:
         """Uncompressed size of the padded attention array."""
-        return self.n_inputs * self.n_layers * self.t_max**2 * ATTENTION_ITEMSIZE
+        return self.n_inputs * self.n_layers * self.n_heads * self.t_max**2 * ATTENTION_ITEMSIZE
 
 
 @dataclass(frozen=True)
@@ -249,7 +258,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
     """Size one model from its facts (ids, layers, token counts)."""
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
-    work = len(config.token_sets) * facts.n_layers * facts.cube_sum
+    work = len(config.token_sets) * facts.n_layers * facts.n_heads * facts.cube_sum
     return ModelPlan(
         name=name,
         spec=spec,
@@ -268,6 +277,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         work=work,
         cube_sum=facts.cube_sum,
         rollout=config.rollout,
+        n_heads=facts.n_heads,
     )
 
 

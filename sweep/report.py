@@ -2,6 +2,10 @@
 
 `build_report` reduces a tree from `storage.query.open_results` to six sections of tidy tables
 (counts first, rates and 95% Wilson intervals from them); the renderers only format.
+
+A cell is one tested matrix: (input, layer) for a head-averaged model, (input, layer, head) for a
+model that kept every head (option `heads: each`); every table counts cells, and such models
+also get a per-head table (`heads`).
 """
 
 from __future__ import annotations
@@ -58,6 +62,7 @@ class Report:
     controls: pd.DataFrame  # model, control, token_set: trained vs random-init rates
     training: dict  # 7. model name -> training record (models trained by the project)
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
+    heads: pd.DataFrame | None = None  # 2. model, head, token_set (models that kept each head)
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -88,7 +93,23 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         controls=label_readings(controls_table(summary)),
         training=report_training.training_records(tree),
         nulls=null_lifts(tree, summary),
+        heads=head_rates(tree, cells),
     )
+
+
+def per_head_models(tree: xr.DataTree) -> list[str]:
+    """The models that kept every head (more than one entry on `head`), in store order."""
+    return [name for name in model_names(tree) if tree[name].sizes["head"] > 1]
+
+
+def head_rates(tree: xr.DataTree, cells: pd.DataFrame) -> pd.DataFrame | None:
+    """Per model that kept every head, per head and token set: the holding rate over its
+    input-layer cells. None when every model is head-averaged."""
+    models = per_head_models(tree)
+    if not models:
+        return None
+    return label_readings(rates_from_cells(cells[cells["model"].isin(models)],
+                                           by=("model", "head", "token_set")))
 
 
 def failures_by_depth(depth: pd.DataFrame) -> pd.DataFrame:
@@ -105,7 +126,7 @@ def special_token_rescue(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
     for name in _models_with(tree, ("all", "content")):
         ds = tree[name].to_dataset()
         every, content = ds.sel(token_set="all"), ds.sel(token_set="content")
-        failing = ok(every) & ~holds(every, tol)  # (input, layer)
+        failing = ok(every) & ~holds(every, tol)  # (input, layer, head)
         tested = failing & ok(content)
         lazy.append((failing.sum(), tested.sum(), (tested & holds(content, tol)).sum()))
         names.append(name)
@@ -151,7 +172,7 @@ def token_counts(tree: xr.DataTree) -> pd.DataFrame:
     rows = []
     for name in model_names(tree):
         ds = tree[name].to_dataset()
-        kept = ds["n_kept"].where(ok(ds)).max("layer").compute()  # (input, token_set)
+        kept = ds["n_kept"].where(ok(ds)).max(["layer", "head"]).compute()  # (input, token_set)
         for token_set in ds["token_set"].values:
             sizes = kept.sel(token_set=token_set).values
             sizes = sizes[np.isfinite(sizes)]
@@ -168,7 +189,7 @@ def rollout_gap(tree: xr.DataTree) -> pd.DataFrame:
     rows = []
     for name in model_names(tree):
         last = tree[name].to_dataset().isel(layer=-1)
-        kappa = last["rollout_kappa"].where(ok(last)).compute()  # (input, token_set)
+        kappa = last["rollout_kappa"].where(ok(last)).compute()  # (input, head, token_set)
         bound = last["rollout_bound"].where(ok(last)).compute()
         for token_set in last["token_set"].values:
             k, b = kappa.sel(token_set=token_set).values, bound.sel(token_set=token_set).values
@@ -198,6 +219,11 @@ def render_markdown(report: Report) -> str:
            "verdict; pending = not computed yet, skipped = no verdict: the token set kept fewer "
            "than two tokens, a row lost its mass, or the complement does not exist; "
            "disagreements = verdicts where the definition and the characterisation differ.", ""]
+    if report.heads is not None:
+        models = ", ".join(dict.fromkeys(report.heads["model"]))
+        out += [f"Every head of {models} is a matrix of its own (option `heads: each`): their "
+                "counts are of input-layer-head cells, and their per-head rates follow the "
+                "per-layer table.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
     out += markdown_section(report.controls)
@@ -208,6 +234,9 @@ def render_markdown(report: Report) -> str:
         out += lift_lines(report.nulls)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
+    if report.heads is not None:
+        out += ["Per head (models that kept every head):", ""]
+        out += _table(report.heads, ["model", "head", "reading"], rates=True)
     out += ["## 3. Depth: where failures happen", ""]
     out += _table(report.depth, ["model", "reading", "depth_low", "depth_high"], rates=True)
     out += ["Share of the failures that happen in the last third of the layers:", ""]

@@ -94,13 +94,14 @@ def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
     stored = stored_model_attrs(config.store, name)
     if stored is not None:
         facts = ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
-                           stored["cube_sum"])
+                           stored["cube_sum"], stored.get("n_heads", 1))  # 1: before heads
         say(f"planning {name}: {len(dataset)} inputs, T_max {facts.t_max}, {facts.n_layers} "
             "layers (from the store)", progress)
         return facts
     layout = token_layout(spec, dataset)
     counts = _token_counts(name, layout, dataset, progress)
-    facts = ModelFacts.from_counts(tuple(dataset.ids), layout.n_layers, counts)
+    facts = ModelFacts.from_counts(tuple(dataset.ids), layout.n_layers, counts,
+                                   layout.n_heads if spec.heads == "each" else 1)
     tokens = f"{facts.t_max} tokens" if not layout.per_input else \
         f"{min(counts)}-{facts.t_max} tokens"
     say(f"planning {name}: {len(dataset)} inputs, {tokens}, {facts.n_layers} layers", progress)
@@ -129,7 +130,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
             attrs={"source": model.spec.name, "dataset": model.dataset_name,
                    "model_spec": model.spec.to_dict(), "dataset_spec": model.dataset.to_dict(),
                    "cube_sum": model.cube_sum},
-            fingerprint_inputs=model.fingerprint_inputs(),
+            fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
         )
     if plan.baseline is not None:
         b = plan.baseline

@@ -5,11 +5,13 @@ consistently from them: bound = (1 + kappa)/2, kappa_factor = bound - margin, ho
 slack = margin where the characterisation agrees with the definition (else 0 or X), content_gap =
 +inf where attaining_special else 0, unless given.
 Cells whose status is not OK keep the layout's fill values, as an unfinished sweep leaves them.
+Models are head-averaged: their (input, layer, token_set) verdicts are stored with one `mean`
+head.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +21,7 @@ from storage.layout import (
     BASELINE_GROUP,
     BASELINE_VARS,
     FORMAT,
+    MEAN_HEAD,
     MODEL_VARS,
     RESULT_VARS,
     RESULTS_GROUP,
@@ -98,13 +101,15 @@ def _array(group: zarr.Group, name: str, spec, values: np.ndarray,
 
 
 def _write_model(group: zarr.Group, model: FixtureModel) -> None:
+    model = _with_head_axis(model)  # head-averaged: one `mean` head
     status = np.asarray(model.status, dtype=np.int8)
-    n_inputs, n_layers, n_sets = status.shape
+    n_inputs, n_layers, n_heads, n_sets = status.shape
     group.attrs.update(
         {
             "source": "fixture",
             "dataset": "fixture",
             "n_layers": n_layers,
+            "n_heads": n_heads,
             "t_max": model.t_max,
             "token_sets": list(model.token_sets),
             "shard_size": 2,
@@ -116,19 +121,31 @@ def _write_model(group: zarr.Group, model: FixtureModel) -> None:
     kinds = np.full((n_inputs, model.t_max), TokenKind.CONTENT, dtype=np.int8)
     kinds[:, 0] = TokenKind.CLS
     rng = np.random.default_rng(0)
-    attention = rng.dirichlet(np.ones(model.t_max), size=(n_inputs, n_layers, model.t_max))
+    attention = rng.dirichlet(np.ones(model.t_max),
+                              size=(n_inputs, n_layers, n_heads, model.t_max))
     model_values = {
         "input_id": np.array([f"img-{i:03d}" for i in range(n_inputs)]),
+        "head": np.array([MEAN_HEAD]),
         "n_tokens": n_tokens,
         "token_kind": kinds,
         "input_digest": np.array([f"{i:064x}" for i in range(n_inputs)]),
-        "attention": attention.astype(np.float32),  # (input, layer, query, key)
+        "attention": attention.astype(np.float32),  # (input, layer, head, query, key)
     }
     for var, spec in MODEL_VARS.items():
         _array(group, var, spec, model_values[var])
     results = group.create_group(RESULTS_GROUP)
     for var, spec in RESULT_VARS.items():
         _array(results, var, spec, _result_values(model, var, status, n_tokens))
+
+
+def _with_head_axis(model: FixtureModel) -> FixtureModel:
+    """`model` with a head axis (size 1) inserted in every (input, layer, token_set) array."""
+    arrays = {name: np.asarray(getattr(model, name))[:, :, None]
+              for name in ("margin", "status", "attaining_special", "attaining_kind",
+                           "holds_by_characterisation", "slack", "content_gap", "rollout_kappa",
+                           "rollout_bound")
+              if getattr(model, name) is not None}
+    return replace(model, **arrays)
 
 
 def _result_values(model: FixtureModel, var: str, status: np.ndarray, n_tokens) -> np.ndarray:
@@ -173,7 +190,7 @@ def _result_values(model: FixtureModel, var: str, status: np.ndarray, n_tokens) 
 def _n_kept(token_sets: tuple[str, ...], n_tokens, shape: tuple[int, ...]) -> np.ndarray:
     """Tokens kept per cell: every token for `all`, all but the CLS token for `content`."""
     dropped = np.array([1 if name == "content" else 0 for name in token_sets])
-    return np.broadcast_to(np.asarray(n_tokens)[:, None, None] - dropped, shape)
+    return np.broadcast_to(np.asarray(n_tokens)[:, None, None, None] - dropped, shape)
 
 
 OK, PENDING, EMPTY = ResultStatus.OK, ResultStatus.NOT_COMPUTED, ResultStatus.EMPTY_ROW

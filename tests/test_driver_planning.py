@@ -50,14 +50,17 @@ def write_config(folder: Path, models: dict[str, str]) -> Path:
     return path
 
 
-def every_family() -> dict[str, str]:
-    models = {name: f"{{source: {name}, dataset: {DATASET_OF[PRESETS[name].modality]}}}"
+def every_family(heads: str = "mean") -> dict[str, str]:
+    """Every tiny preset, minilm-l6 and FT-Transformer, with option `heads`."""
+    models = {name: f"{{source: {name}, dataset: {DATASET_OF[PRESETS[name].modality]}, "
+                    f"options: {{heads: {heads}}}}}"
               for name in [*TINY, "minilm-l6"]}
-    return {**models, "ft": FT}
+    return {**models, "ft": FT.replace("n_blocks: 2", f"n_blocks: 2, heads: {heads}")}
 
 
 def test_planned_sizes_equal_what_extraction_produces(tmp_path):
-    config = load_config(write_config(tmp_path, every_family()))
+    """Layers, tokens and, with every head kept, heads: planned from the spec, as extracted."""
+    config = load_config(write_config(tmp_path, every_family(heads="each")))
     for name, entry in config.models.items():
         facts = gather_facts(config, name)
         spec = resolve_model(entry.source, **entry.options)
@@ -68,6 +71,7 @@ def test_planned_sizes_equal_what_extraction_produces(tmp_path):
         tokens = [out.attention.shape[-1] for out in outs]
         assert facts.input_ids == dataset.ids, name
         assert facts.n_layers == extractor.n_layers == outs[0].attention.shape[0], name
+        assert facts.n_heads == outs[0].by_head.shape[1] > 1, name
         assert facts.t_max == max(tokens), name
         assert facts.cube_sum == sum(t**3 // 2 for t in tokens), name
 

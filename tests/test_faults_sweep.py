@@ -140,8 +140,8 @@ def chunk(store: Path, array: str, *coords: int) -> Path:
 def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, capsys):
     folder = copy_of(reference, tmp_path)
     store = folder / "sweep.zarr"
-    chunk(store, "rob/results/kappa", 0, 0, 0).unlink()  # deleted
-    attention = chunk(store, "rob/attention", 2, 0, 0, 0)
+    chunk(store, "rob/results/kappa", 0, 0, 0, 0).unlink()  # deleted
+    attention = chunk(store, "rob/attention", 2, 0, 0, 0, 0)
     attention.write_bytes(attention.read_bytes()[:10])  # truncated
     n_tokens = chunk(store, "rob/n_tokens", 2)
     rng = np.random.default_rng(0)
@@ -159,7 +159,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 0
     assert "5 tasks completed, 1 already done" in capsys.readouterr().out
     assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
-    margin = chunk(store, "rob/results/holds", 1, 0, 0)
+    margin = chunk(store, "rob/results/holds", 1, 0, 0, 0)
     margin.write_bytes(rng.bytes(margin.stat().st_size))  # garbage only: found when decoding
     assert main(["report", str(store)]) == 4
     line = one_stderr_line(capsys.readouterr().err)

@@ -50,13 +50,14 @@ def row(table, **keys):
 def test_tree_has_one_node_per_model_and_a_baseline(tree):
     assert set(tree.children) == {"alpha", "beta", "baseline"}
     alpha = tree["alpha"].to_dataset()
-    assert dict(alpha.sizes) == {"input": 5, "layer": 3, "token_set": 2}
+    assert dict(alpha.sizes) == {"input": 5, "layer": 3, "head": 1, "token_set": 2}
     for var in ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
                 "pair_i", "pair_j", "attaining_special", "status", "n_kept", "n_tokens",
                 "rollout_kappa", "rollout_bound"):
         assert var in alpha.data_vars, var
-    assert alpha["kappa"].dims == ("input", "layer", "token_set")
+    assert alpha["kappa"].dims == ("input", "layer", "head", "token_set")
     assert list(alpha["token_set"].values) == ["all", "content"]
+    assert list(alpha["head"].values) == ["mean"]  # head-averaged: one head
     assert list(alpha["input"].values[:2]) == ["img-000", "img-001"]
     np.testing.assert_allclose(alpha["relative_depth"].values, [0.0, 0.5, 1.0])
     assert tree["beta"]["relative_depth"].values.tolist() == [0.0]  # one layer: depth 0
@@ -164,7 +165,7 @@ def test_tolerance_reapplies_the_characterisation_and_recounts_disagreements(tre
 
 
 def test_tolerance_reapplies_attaining_special_from_content_gaps(tree):
-    every = tree["alpha"].to_dataset().sel(token_set="all", layer=2)
+    every = tree["alpha"].to_dataset().sel(token_set="all", layer=2, head="mean")
     assert attaining_special(every).values[:4].tolist() == [False, True, True, False]
     assert attaining_special(every, 1e-7).values[:4].tolist() == [False, True, True, False]
     assert attaining_special(every, 1e-6).values[:4].tolist() == [False, True, False, False]
@@ -199,8 +200,8 @@ def test_bad_tolerance_is_an_input_error(tree, bad):
 
 
 def test_unknown_grouping_is_an_input_error(tree):
-    with pytest.raises(InputError, match="'head'.*choose from"):
-        holding_rates(tree, by=("model", "head"))
+    with pytest.raises(InputError, match="'input'.*choose from"):
+        holding_rates(tree, by=("model", "input"))
 
 
 def test_missing_path_is_a_one_line_input_error(tmp_path):
@@ -228,7 +229,7 @@ def test_results_not_matching_the_model_attrs_is_an_input_error(tmp_path):
         tmp_path / "s.zarr", {"m": FixtureModel(np.zeros(status.shape), status, ("all",))}
     )
     zarr.open_group(path / "m", mode="r+").attrs["n_layers"] = 3
-    with pytest.raises(InputError, match=r"m/results/kappa has shape \(2, 2, 1\), expected"):
+    with pytest.raises(InputError, match=r"m/results/kappa has shape \(2, 2, 1, 1\), expected"):
         open_results(path)
 
 

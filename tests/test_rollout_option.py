@@ -89,7 +89,7 @@ def test_last_computes_nothing_when_a_layer_fails_before_the_last():
 
 def test_the_shard_passes_the_mode_to_every_input():
     rng = np.random.default_rng(4)
-    attention = np.stack([attention_stack(rng, 2, 5) for _ in range(2)])
+    attention = np.stack([attention_stack(rng, 2, 5) for _ in range(2)])[:, :, None]  # one head
     kinds = np.zeros((2, 5), np.int8)
     out = evaluate_shard(attention, np.array([5, 5]), kinds, ("all",), 1e-12, "off")
     assert np.isnan(out["rollout_kappa"]).all() and not np.isnan(out["kappa"]).any()

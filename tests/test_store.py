@@ -51,15 +51,16 @@ def test_every_layout_array_exists_with_dims_dtype_and_shard_chunks(tmp_path):
     for name, var in MODEL_VARS.items():
         array = group[name]
         assert array.metadata.dimension_names == var.dims
-    assert group["attention"].shape == (10, 3, 5, 5)
-    assert group["attention"].chunks == (1, 3, 5, 5)
+    assert group["attention"].shape == (10, 3, 1, 5, 5)  # (input, layer, head, query, key)
+    assert group["attention"].chunks == (1, 3, 1, 5, 5)
+    assert group["head"][:].tolist() == ["mean"] and group.attrs["n_heads"] == 1
     assert group["token_kind"].chunks == (4, 5)
     assert group["attention"].dtype == np.float32 and group["token_kind"].dtype == np.int8
     assert [str(i) for i in group["input_id"][:]] == IDS
     for name, var in RESULT_VARS.items():
         array = group["results"][name]
         assert array.metadata.dimension_names == var.dims
-        assert array.shape == (10, 3, 2) and array.chunks == (4, 3, 2)
+        assert array.shape == (10, 3, 1, 2) and array.chunks == (4, 3, 1, 2)
         assert array.dtype == np.dtype(var.dtype)
     attrs = dict(group.attrs)
     assert attrs["n_shards"] == 3 and attrs["token_sets"] == ["all", "content"]
@@ -123,7 +124,7 @@ def test_shard_writes_must_cover_one_whole_shard(tmp_path):
     assert list(group["n_tokens"][:]) == [0] * 8 + [3, 4]
     with pytest.raises(ValueError, match="whole shard"):
         write_tokens(group, 2, np.ones(4, np.int32), np.zeros((4, 5), np.int8))
-    results = {name: np.zeros((3, 3, 2), var.dtype) for name, var in RESULT_VARS.items()}
+    results = {name: np.zeros((3, 3, 1, 2), var.dtype) for name, var in RESULT_VARS.items()}
     with pytest.raises(ValueError, match="whole shard"):
         write_results(group, 0, results)
 

@@ -89,37 +89,40 @@ def swept(tmp_path_factory, client):
 
 
 def numpy_loop(store: Path, model: str) -> dict[str, np.ndarray]:
-    """The results recomputed input by input, layer by layer, from the stored attention."""
+    """The results recomputed input by input, head by head, layer by layer, from the stored
+    attention."""
     group = zarr.open_group(str(store / model), mode="r")
     sets = group.attrs["token_sets"]
-    n, n_layers = group.attrs["n_inputs"], group.attrs["n_layers"]
-    out = {name: np.full((n, n_layers, len(sets)), var.fill, var.dtype)
+    n, n_layers, n_heads = group.attrs["n_inputs"], group.attrs["n_layers"], group.attrs["n_heads"]
+    out = {name: np.full((n, n_layers, n_heads, len(sets)), var.fill, var.dtype)
            for name, var in RESULT_VARS.items()}
     for i in range(n):
         t = int(group["n_tokens"][i])
         kinds = group["token_kind"][i, :t]
-        for s, token_set in enumerate(sets):
-            keep = keep_mask(kinds, token_set)
-            restricted = []
-            for layer in range(n_layers):
-                r = restrict(group["attention"][i, layer, :t, :t].astype(np.float64), keep)
-                result = check(r.matrix, tol=1e-12, special=special_mask(kinds)[r.kept])
-                restricted.append(r.matrix)
-                for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
-                             "holds_by_characterisation", "attaining_pairs", "attaining_special",
-                             "slack", "content_gap"):
-                    out[name][i, layer, s] = getattr(result, name)[0]
-                pair = result.pair[0]
-                out["pair_i"][i, layer, s] = r.kept[pair[0]] if pair[0] >= 0 else -1
-                out["pair_j"][i, layer, s] = r.kept[pair[1]] if pair[1] >= 0 else -1
-                out["attaining_kind"][i, layer, s] = attaining_kinds(
-                    r.matrix[None], kinds[r.kept], result.kappa, result.attaining_special,
-                    1e-12)[0]
-                out["n_kept"][i, layer, s] = keep.sum()
-                out["status"][i, layer, s] = ResultStatus.OK
-            kappa_r, bound_r = rollout(np.stack(restricted))
-            out["rollout_kappa"][i, :, s] = kappa_r
-            out["rollout_bound"][i, :, s] = bound_r
+        for h in range(n_heads):
+            for s, token_set in enumerate(sets):
+                keep = keep_mask(kinds, token_set)
+                restricted = []
+                for layer in range(n_layers):
+                    cell = (i, layer, h, s)
+                    r = restrict(group["attention"][i, layer, h, :t, :t].astype(np.float64), keep)
+                    result = check(r.matrix, tol=1e-12, special=special_mask(kinds)[r.kept])
+                    restricted.append(r.matrix)
+                    for name in ("kappa", "kappa_factor", "bound", "margin", "holds",
+                                 "holds_by_characterisation", "attaining_pairs",
+                                 "attaining_special", "slack", "content_gap"):
+                        out[name][cell] = getattr(result, name)[0]
+                    pair = result.pair[0]
+                    out["pair_i"][cell] = r.kept[pair[0]] if pair[0] >= 0 else -1
+                    out["pair_j"][cell] = r.kept[pair[1]] if pair[1] >= 0 else -1
+                    out["attaining_kind"][cell] = attaining_kinds(
+                        r.matrix[None], kinds[r.kept], result.kappa, result.attaining_special,
+                        1e-12)[0]
+                    out["n_kept"][cell] = keep.sum()
+                    out["status"][cell] = ResultStatus.OK
+                kappa_r, bound_r = rollout(np.stack(restricted))
+                out["rollout_kappa"][i, :, h, s] = kappa_r
+                out["rollout_bound"][i, :, h, s] = bound_r
     return out
 
 
@@ -151,8 +154,8 @@ def test_token_kinds_and_padding_in_the_store(swept):
     t = int(group["n_tokens"][0])
     assert group["token_kind"][0, :2].tolist() == [1, 4]  # CLS, DIST
     assert (group["token_kind"][0, t:] == -1).all()
-    attention = group["attention"][0]
-    np.testing.assert_allclose(attention[:, :t, :t].sum(-1), 1.0, atol=1e-5)
+    attention = group["attention"][0]  # (layer, head, query, key): one head-averaged head
+    np.testing.assert_allclose(attention[:, 0, :t, :t].sum(-1), 1.0, atol=1e-5)
 
 
 def test_rerun_of_a_complete_store_skips_everything(swept, client):

@@ -59,12 +59,12 @@ def test_a_token_set_that_keeps_nothing_is_too_small():
 
 def test_shard_results_cover_each_input_up_to_its_own_length():
     rng = np.random.default_rng(3)
-    padded = np.zeros((2, 2, 4, 4), np.float32)
-    padded[0] = stochastic(rng, 2, 4)
-    padded[1, :, :3, :3] = stochastic(rng, 2, 3)
+    padded = np.zeros((2, 2, 1, 4, 4), np.float32)  # (input, layer, head, query, key)
+    padded[0, :, 0] = stochastic(rng, 2, 4)
+    padded[1, :, 0, :3, :3] = stochastic(rng, 2, 3)
     kinds = np.array([[CLS, CONTENT, CONTENT, CONTENT], [CLS, CONTENT, CONTENT, PAD]], np.int8)
     results = evaluate_shard(padded, np.array([4, 3]), kinds, ("all", "content"), 1e-12)
     assert set(results) == set(RESULT_VARS)
-    assert results["n_kept"][:, 0, :].tolist() == [[4, 3], [3, 2]]
-    alone = evaluate_input(padded[1, :, :3, :3], kinds[1, :3], "content", 1e-12)
-    np.testing.assert_array_equal(results["margin"][1, :, 1], alone["margin"])
+    assert results["n_kept"][:, 0, 0, :].tolist() == [[4, 3], [3, 2]]
+    alone = evaluate_input(padded[1, :, 0, :3, :3], kinds[1, :3], "content", 1e-12)
+    np.testing.assert_array_equal(results["margin"][1, :, 0, 1], alone["margin"])

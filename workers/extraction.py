@@ -1,10 +1,12 @@
-"""Model + inputs -> per input, per layer, the head-averaged attention over its real tokens.
+"""Model + inputs -> per input, per layer, the head-averaged attention over its real tokens
+(or every head's, for a spec whose `heads` option is `each`).
 
 Each family adapter (`workers.models.hf`, `.timm_`, `.ft_transformer`) subclasses `Extractor`:
 it prepares a batch (model inputs, each input's real-token positions and token kinds), installs
 hooks that hand every layer's (batch, heads, query, key) probabilities to a sink, and runs the
-forward pass. The sink averages heads as each layer is produced, so one layer's
-(batch, heads, T, T) is the most ever held; padding masks keys only and is cropped away here.
+forward pass. The sink averages heads as each layer is produced (`heads: mean`, the default), so
+one layer's (batch, heads, T, T) is the most ever held, or keeps them all (`heads: each`); padding
+masks keys only and is cropped away here.
 """
 
 from __future__ import annotations
@@ -29,11 +31,17 @@ Sink = Callable[[torch.Tensor], None]
 
 @dataclass(frozen=True)
 class Extraction:
-    """One input's attention: (layers, T, T) float32 rows over its real tokens, and their kinds."""
+    """One input's attention: (layers, T, T) float32 rows over its real tokens, head-averaged,
+    or (layers, heads, T, T) when the spec keeps every head; and the tokens' kinds."""
 
     input_id: str
-    attention: np.ndarray  # (layer, query, key) float32
+    attention: np.ndarray  # (layer, query, key), or (layer, head, query, key): float32
     token_kind: np.ndarray  # (token,) int8 TokenKind
+
+    @property
+    def by_head(self) -> np.ndarray:
+        """(layer, head, query, key): the head-averaged attention as a single head."""
+        return self.attention if self.attention.ndim == 4 else self.attention[:, None]
 
 
 @dataclass(frozen=True)
@@ -84,11 +92,16 @@ class Extractor(ABC):
 @contextmanager
 def capture_attention(extractor: Extractor) -> Iterator[list[torch.Tensor]]:
     """Within the block, the extractor's forward passes append one (batch, q, k) float32 map per
-    layer, heads averaged as the layer produces them; hooks are removed on exit."""
+    layer, heads averaged as the layer produces them, or, when the extractor's spec keeps every
+    head, its (batch, heads, q, k) float32 maps; hooks are removed on exit."""
     layers: list[torch.Tensor] = []
+    each = extractor.spec.heads == "each"
 
     def sink(probs: torch.Tensor) -> None:  # (batch, heads, query, key)
-        layers.append(probs.mean(dim=1, dtype=torch.float32))  # (batch, query, key)
+        if each:
+            layers.append(probs.to(torch.float32))  # (batch, heads, query, key)
+        else:
+            layers.append(probs.mean(dim=1, dtype=torch.float32))  # (batch, query, key)
 
     handles = extractor.install_hooks(sink)
     try:
@@ -101,21 +114,22 @@ def capture_attention(extractor: Extractor) -> Iterator[list[torch.Tensor]]:
 def assemble(
     model: str, n_layers: int, layers: list[torch.Tensor], batch: Batch, ids: Sequence[str]
 ) -> list[Extraction]:
-    """Crop each input's (layer, T, T) from the captured per-layer maps; check count and values."""
+    """Crop each input's (layer, [head,] T, T) from the captured per-layer maps; check count and
+    values."""
     if len(layers) != n_layers:
         raise ExtractionError(
             f"model {model!r} returned {len(layers)} attention layers for its {n_layers} layers: "
             "build it with eager (non-fused) attention and one attention call per layer"
         )
-    stacked = torch.stack(layers, dim=1).cpu()  # (batch, layer, query, key)
+    stacked = torch.stack(layers, dim=1).cpu()  # (batch, layer, [head,] query, key)
     out = []
     for b, input_id in enumerate(ids):
         keep = batch.positions[b].cpu()
         n = len(keep)
         if n and int(keep[-1]) == n - 1:  # sorted real positions 0..n-1: a slice, no gather
-            attention = stacked[b, :, :n, :n].numpy()  # (layer, T, T)
-        else:
-            attention = stacked[b][:, keep][:, :, keep].numpy()  # (layer, T, T)
+            attention = stacked[b, ..., :n, :n].numpy()  # (layer, [head,] T, T)
+        else:  # (layer, [head,] T, T)
+            attention = stacked[b].index_select(-2, keep).index_select(-1, keep).numpy()
         if attention.shape[-1] != len(batch.token_kinds[b]):
             raise ExtractionError(
                 f"model {model!r}, input {input_id!r}: attention over {attention.shape[-1]} tokens "
@@ -125,7 +139,7 @@ def assemble(
         if len(bad):
             raise ExtractionError(
                 f"model {model!r}, input {input_id!r}: non-finite attention at layer {bad[0][0]}, "
-                f"row {bad[0][1]}: try dtype float32"
+                f"row {bad[0][-2]}: try dtype float32"
             )
         out.append(Extraction(str(input_id), np.ascontiguousarray(attention, np.float32),
                               batch.token_kinds[b].astype(np.int8)))

@@ -22,6 +22,7 @@ from storage.markers import mark_done
 from storage.store import (
     open_model,
     open_root,
+    StoredAttention,
     write_attention,
     write_baseline,
     write_input_digest,
@@ -126,10 +127,12 @@ def run_prepare(task: PrepareTask) -> int:
 
 
 def run_extract(task: ExtractTask) -> int:
-    """Extract the shard's inputs, write attention, n_tokens, token kinds and input digests,
-    then the marker (with the checksums of those chunks)."""
+    """Extract the shard's inputs, write attention (every head the store keeps: one
+    head-averaged map, or each head's), n_tokens, token kinds and input digests, then the marker
+    (with the checksums of those chunks)."""
     group = open_model(task.store, task.model, mode="r+")
     n_layers, t_max = group.attrs["n_layers"], group.attrs["t_max"]
+    n_heads = group.attrs.get("n_heads", 1)  # 1: head-averaged (or written before heads)
     dataset, digests = fresh_digests(task)
     ids = dataset.ids[task.start:task.stop]
     stored = [str(i) for i in group["input_id"][task.start:task.stop]]
@@ -147,17 +150,20 @@ def run_extract(task: ExtractTask) -> int:
         items = dataset.load(range(first, last))
         with in_use:
             outs = extractor.extract(items, ids[first - task.start:last - task.start])
-        attention = np.zeros((last - first, n_layers, t_max, t_max), np.float32)  # (b, L, q, k)
+        attention = np.zeros((last - first, n_layers, n_heads, t_max, t_max),
+                             np.float32)  # (b, L, H, q, k)
         for offset, out in enumerate(outs):
             row = first - task.start + offset
-            layers, tokens = out.attention.shape[0], out.attention.shape[-1]
-            if layers != n_layers or tokens > t_max or out.input_id != ids[row]:
+            per_head = out.by_head  # (layer, head, T, T)
+            layers, heads, tokens = per_head.shape[0], per_head.shape[1], per_head.shape[-1]
+            if (layers, heads) != (n_layers, n_heads) or tokens > t_max \
+                    or out.input_id != ids[row]:
                 raise ExtractionError(
                     f"model {task.model!r} input {ids[row]!r}: got {out.input_id!r} with "
-                    f"{layers} layers x {tokens} tokens, the store expects {n_layers} layers x "
-                    f"<= {t_max} tokens"
+                    f"{layers} layers x {heads} heads x {tokens} tokens, the store expects "
+                    f"{n_layers} layers x {n_heads} heads x <= {t_max} tokens"
                 )
-            attention[offset, :, :tokens, :tokens] = out.attention
+            attention[offset, :, :, :tokens, :tokens] = per_head
             n_tokens[row] = tokens
             token_kind[row, :tokens] = out.token_kind
         write_attention(group, first, attention)
@@ -208,22 +214,25 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     return out
 
 
-def evaluate_shard(attention: np.ndarray | zarr.Array, n_tokens: np.ndarray,
+def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray,
                    token_kind: np.ndarray, token_sets: tuple[str, ...], tol: float,
-                   rollout_mode: str = "every", start: int = 0) -> dict[str, np.ndarray]:
-    """Result variables (input, layer, token_set) for a shard's padded arrays: input i's
-    attention is attention[start + i] (a store's array is read one input at a time, so a test
-    task holds one input's attention, not its shard's)."""
-    n, n_layers = len(n_tokens), attention.shape[1]
-    results = {name: np.full((n, n_layers, len(token_sets)), var.fill, dtype=var.dtype)
+                   rollout_mode: str = "every") -> dict[str, np.ndarray]:
+    """Result variables (input, layer, head, token_set) for a shard's padded attention
+    (input, layer, head, query, key): each head's (layer, T, T) stack is tested on its own.
+    `attention[i]` is read once per input: a `StoredAttention` reads the store one input at a
+    time, so a test task holds one input's attention, not its shard's."""
+    n, n_layers, n_heads = len(n_tokens), attention.shape[1], attention.shape[2]
+    results = {name: np.full((n, n_layers, n_heads, len(token_sets)), var.fill, dtype=var.dtype)
                for name, var in RESULT_VARS.items()}
     for i in range(n):
         t = int(n_tokens[i])
-        layers = attention[start + i, :, :t, :t]  # (layer, query, key)
-        for s, token_set in enumerate(token_sets):
-            cells = evaluate_input(layers, token_kind[i, :t], token_set, tol, rollout_mode)
-            for name, values in cells.items():
-                results[name][i, :, s] = values
+        stack = attention[i]  # (layer, head, query, key), padded
+        for h in range(n_heads):
+            for s, token_set in enumerate(token_sets):
+                cells = evaluate_input(stack[:, h, :t, :t], token_kind[i, :t], token_set, tol,
+                                       rollout_mode)
+                for name, values in cells.items():
+                    results[name][i, :, h, s] = values
     return results
 
 
@@ -233,9 +242,9 @@ def run_test(task: TestTask) -> int:
     group = open_model(task.store, task.model, mode="r+")
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
-    write_results(group, task.start, evaluate_shard(group["attention"], n_tokens, token_kind,
-                                                    task.token_sets, task.tol, task.rollout,
-                                                    start=task.start))
+    attention = StoredAttention(group, task.start, task.stop)  # (input, layer, head, q, k)
+    write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
+                                                    task.token_sets, task.tol, task.rollout))
     files = shard_chunks(group[RESULTS_GROUP], tuple(RESULT_VARS), task.shard, task.start,
                          task.stop)
     mark_done(task.store, task.scope, task.marker, checksums(task.store, files))

@@ -1,7 +1,8 @@
 """`sweep extract MODEL_SOURCE INPUTS --out FILE.npz`: attention of a few inputs, no store.
 
 The npz holds no objects: `ids` (unicode array), and per input k `attention_<k>`
-(layer, T, T) float32 and `token_kind_<k>` (T,) int8.
+(layer, T, T) float32 (head-averaged; with `--heads each`, (layer, head, T, T)) and
+`token_kind_<k>` (T,) int8.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from storage.errors import InputError
 from sweep.outputs import check_writable_folder, npz_path
 from workers.extraction import DTYPES, load_extractor, model_dataset, prepare_model
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
-from workers.models import resolve_model
+from workers.models import HEADS_MODES, resolve_model
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +42,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--cache-dir", type=Path, help="FT-Transformer checkpoint cache")
     parser.add_argument("--image-size", type=int, metavar="N",
                         help="image models: resize and crop inputs to N pixels")
+    parser.add_argument("--heads", choices=HEADS_MODES, default="mean",
+                        help="mean: head-averaged attention (default); each: every head's")
     parser.add_argument("--random-init", action="store_true",
                         help="the model's random-init control: same architecture and "
                         "preprocessing, seeded random weights")
@@ -64,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     )
     dataset = open_dataset(spec)
     options = {"weights": args.weights, "image_size": args.image_size}
-    model = resolve_model(args.model, random_init=args.random_init,
+    model = resolve_model(args.model, random_init=args.random_init, heads=args.heads,
                           **{key: value for key, value in options.items() if value is not None})
     if model.modality != kind:
         raise InputError(f"model {args.model!r} takes {model.modality} inputs, not {kind}")

@@ -98,7 +98,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         "",
         f"total: {total_tasks} tasks; attention {human_bytes(total_bytes)} uncompressed "
         f"(float32, padded to T_max); test work {total_work:.3g} pair-elements "
-        f"(sum of L * T^3/2 per token set: an upper bound)",
+        f"(sum of L * T^3/2 per token set and stored head: an upper bound)",
         f"preparation (training) and extraction tasks take the GPU resource, test and baseline "
         f"tasks the CPU resource; "
         f"checkpoints cache: {plan.config.checkpoint_dir}",

@@ -10,7 +10,8 @@ Source forms accepted by `resolve_model`:
     ft-transformer                the project's FT-Transformer, trained on the tabular dataset
 
 Options every source takes: `seed`, `random_init` (a control: the same architecture with seeded
-random weights, see `workers.models.random_init`); image models also `image_size` (pixels).
+random weights, see `workers.models.random_init`), `heads` (`mean`: the head-averaged attention,
+the default; `each`: every head kept, see `HEADS_MODES`); image models also `image_size` (pixels).
 """
 
 from __future__ import annotations
@@ -37,6 +38,17 @@ measured on). A new family is one module and its line here."""
 FAMILIES = tuple(FAMILY_MODULES)
 MODALITIES = ("image", "text", "tabular")
 SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer")
+HEADS_MODES = ("mean", "each")
+"""Values of the `heads` option: `mean` stores one head-averaged map per layer (the default),
+`each` stores every head's map (`storage.layout`: the `head` dimension)."""
+
+
+def check_heads(model: str, value: Any) -> str:
+    """`value` if it is one of HEADS_MODES; else InputError naming `model` and the valid values."""
+    if value not in HEADS_MODES:
+        raise InputError(f"model {model!r}: option heads={value!r} must be one of "
+                         f"{list(HEADS_MODES)}")
+    return value
 
 
 def family_module(spec: ModelSpec) -> Any:
@@ -57,7 +69,9 @@ class ModelSpec:
     models `image_size` is the input resolution in pixels. `random_init=True` is a control: the
     same architecture and preprocessing, no weights loaded; hf/timm draw the weights from
     `control_seed(seed)`, FT-Transformer uses the initialisation its training starts from
-    (`seed`), never trained.
+    (`seed`), never trained. `heads` (one of HEADS_MODES) says whether extraction averages the
+    heads of each layer (`mean`) or keeps every head (`each`); it changes what is measured, not
+    the model.
     """
 
     name: str
@@ -69,6 +83,7 @@ class ModelSpec:
     weights: str | None = None  # local safetensors weights file (timm)
     seed: int = 0  # initialisation seed of randomly initialised models; training seed (FT)
     random_init: bool = False  # control: seeded random weights instead of pretrained/trained ones
+    heads: str = "mean"  # one of HEADS_MODES
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -77,6 +92,7 @@ class ModelSpec:
             raise InputError(
                 f"model {self.name!r}: unknown modality {self.modality!r}; use {MODALITIES}"
             )
+        check_heads(self.name, self.heads)
         object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
 
     @property
@@ -85,9 +101,13 @@ class ModelSpec:
         return dict(self.config)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-able form (`config` as a dict); `ModelSpec.from_dict` inverts it."""
+        """JSON-able form (`config` as a dict); `ModelSpec.from_dict` inverts it. `heads` is
+        left out when it is the default `mean`, so the fingerprints of stores and checkpoints made
+        before the option stay as they were."""
         out = asdict(self)
         out["config"] = dict(self.config)
+        if out["heads"] == "mean":
+            del out["heads"]
         return out
 
     @classmethod
@@ -178,12 +198,13 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
     Options: `modality` (hf: image|text, inferred from the config when absent), `weights`
     (timm: local .safetensors file), FT-Transformer hyperparameters (keys of `FT_DEFAULTS`),
     `image_size` (image models: input pixels), `seed`, `random_init` (a control: seeded random
-    weights, no weights loaded).
+    weights, no weights loaded), `heads` (one of HEADS_MODES).
     """
     source = source.strip()
     seed = int(options.pop("seed", 0))
     random_init = _flag(source, "random_init", options.pop("random_init", False))
-    return replace(_resolve(source, options, seed), random_init=random_init)
+    heads = check_heads(source, options.pop("heads", "mean"))
+    return replace(_resolve(source, options, seed), random_init=random_init, heads=heads)
 
 
 def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:

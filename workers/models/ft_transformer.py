@@ -44,7 +44,7 @@ from workers.models.ft_data import (
     split_indices,
     table_split,
 )
-from workers.models.ft_options import measured_layers, training_options
+from workers.models.ft_options import HEADS, measured_layers, training_options
 from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
@@ -56,9 +56,10 @@ def checkpoint_path(spec: ModelSpec, table: Table, cache_dir: Path) -> Path:
     """Where the checkpoint of `spec` trained on `table` lives (its record: same stem, .json).
 
     The key covers what determines training: the spec without its measurement-only options
-    (`split`, `last_block`), and the table's content.
+    (`split`, `last_block`, `heads`), and the table's content.
     """
     trained = {**spec.to_dict(), "config": training_options(spec.options)}
+    trained.pop("heads", None)  # averaged or kept per head, the weights are the same
     key = json.dumps({"spec": trained, "table": table.fingerprint}, sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
     return Path(cache_dir) / f"ft-transformer-{digest}.safetensors"
@@ -81,10 +82,10 @@ def model_dataset(spec: ModelSpec, dataset: Dataset) -> Dataset:
 
 
 def token_layout(spec: ModelSpec, dataset: Dataset | None) -> TokenLayout:
-    """The measured blocks (`ft_options.measured_layers`) and CLS + one token per feature of the
-    table: from the spec and the table alone, nothing trained."""
+    """The measured blocks (`ft_options.measured_layers`), their HEADS heads and CLS + one token
+    per feature of the table: from the spec and the table alone, nothing trained."""
     table = _table(spec, dataset)
-    return TokenLayout(measured_layers(spec.options), tokens=len(table.feature_names) + 1)
+    return TokenLayout(measured_layers(spec.options), HEADS, tokens=len(table.feature_names) + 1)
 
 
 def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,

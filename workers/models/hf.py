@@ -289,7 +289,7 @@ def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torc
 
 
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
-    """Layers (the config's) and tokens of `spec`, from its config, tokenizer or image processor
+    """Layers and heads (the config's) and tokens of `spec`, from its config, tokenizer or image processor
     alone: the adapter's own preprocessing on an adapter that has no model (no weights loaded).
 
     Text: each input's tokens, counted by the tokenizer when asked. Images: the processor runs on
@@ -300,9 +300,9 @@ def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
     shell.spec, shell.config = spec, _config(spec)
     shell._set_up_preprocessing()
-    n_layers = int(shell.config.num_hidden_layers)
+    n_layers, n_heads = int(shell.config.num_hidden_layers), int(shell.config.num_attention_heads)
     if spec.modality == "text":
-        return TokenLayout(n_layers, count=shell.token_counts)
+        return TokenLayout(n_layers, n_heads, count=shell.token_counts)
     shapes = {tuple(shell._pixels([Image.new("RGB", size)]).shape[-2:]) for size in PROBE_SIZES}
     if len(shapes) != 1:
         raise InputError(
@@ -310,4 +310,5 @@ def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
             f"({sorted(shapes)}): set a crop size so every image has the same tokens"
         )
     height, width = shapes.pop()
-    return TokenLayout(n_layers, tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))
+    return TokenLayout(n_layers, n_heads,
+                       tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))

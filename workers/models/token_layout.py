@@ -14,6 +14,9 @@ for images and tables, one tokenizer pass (no model) for text. Each family's mod
 - `ft-transformer` (`workers.models.ft_transformer`): CLS + one token per feature of the table;
   the measured blocks are the layers. Nothing trained.
 
+Every layout also gives the heads of each layer (`n_heads`): the store keeps that many maps per
+layer for a model whose `heads` option is `each`.
+
 `needs_preparation(spec)` says whether a model has work to do before extraction (training).
 """
 
@@ -28,10 +31,11 @@ from workers.models import ModelSpec, family_module
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """Layers of a model and the real tokens of its inputs: fixed (`tokens`) or per input
-    (`count`, e.g. text), never needing a forward pass."""
+    """Layers and attention heads per layer of a model, and the real tokens of its inputs:
+    fixed (`tokens`) or per input (`count`, e.g. text), never needing a forward pass."""
 
     n_layers: int
+    n_heads: int  # attention heads of each layer (the model's, whatever its `heads` option)
     tokens: int | None = None  # every input's T, when it does not depend on the input
     count: Callable[[Sequence[Any]], list[int]] | None = None  # per input T (text)
 
