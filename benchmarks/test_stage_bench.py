@@ -28,7 +28,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from storage.store import StoredAttention, create_root, ensure_model, open_model, write_attention, write_tokens
+from storage.store import (
+    StoredAttention,
+    create_root,
+    ensure_model,
+    open_model,
+    write_attention,
+    write_tokens,
+)
 from sweep.plan import TestTask
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
 from workers.scratch import scratch

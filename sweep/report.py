@@ -102,14 +102,14 @@ def per_head_models(tree: xr.DataTree) -> list[str]:
     return [name for name in model_names(tree) if tree[name].sizes["head"] > 1]
 
 
-def head_rates(tree: xr.DataTree, cells: pd.DataFrame) -> pd.DataFrame | None:
+def head_rates(tree: xr.DataTree, cells: xr.Dataset) -> pd.DataFrame | None:
     """Per model that kept every head, per head and token set: the holding rate over its
     input-layer cells. None when every model is head-averaged."""
     models = per_head_models(tree)
     if not models:
         return None
-    return label_readings(rates_from_cells(cells[cells["model"].isin(models)],
-                                           by=("model", "head", "token_set")))
+    kept = cells.isel(cell=np.flatnonzero(np.isin(cells["model"].values, models)))
+    return label_readings(rates_from_cells(kept, by=("model", "head", "token_set")))
 
 
 def failures_by_depth(depth: pd.DataFrame) -> pd.DataFrame:

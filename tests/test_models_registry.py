@@ -100,6 +100,6 @@ def test_a_family_is_its_module_and_the_planner_sizes_it_through_that_module(fam
     module = importlib.import_module(FAMILY_MODULES[family])
     assert callable(module.build_extractor) and callable(module.token_layout)
     spec = next(spec for spec in PRESETS.values() if spec.family == family)
-    marker = TokenLayout(n_layers=7, tokens=3)
+    marker = TokenLayout(n_layers=7, n_heads=2, tokens=3)
     monkeypatch.setattr(module, "token_layout", lambda got, _: marker if got == spec else None)
     assert token_layout(spec, dataset=None) is marker

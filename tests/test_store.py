@@ -75,7 +75,7 @@ def test_attention_is_stored_raw_and_everything_else_compressed(tmp_path):
     group = open_model(tmp_path / "s.zarr", "m", mode="r+")
     assert group["attention"].compressors == ()
     assert group["input_id"].compressors and group["results"]["kappa"].compressors
-    attention = np.random.default_rng(0).random((4, 3, 5, 5)).astype(np.float32)
+    attention = np.random.default_rng(0).random((4, 3, 1, 5, 5)).astype(np.float32)
     group["attention"][:4] = attention
     assert np.array_equal(group["attention"][:4], attention)
 

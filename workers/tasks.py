@@ -20,9 +20,9 @@ from storage.integrity import checksums, chunk_files
 from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULT_VARS, RESULTS_GROUP, ResultStatus
 from storage.markers import mark_done
 from storage.store import (
+    StoredAttention,
     open_model,
     open_root,
-    StoredAttention,
     write_attention,
     write_baseline,
     write_input_digest,

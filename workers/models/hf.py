@@ -289,8 +289,9 @@ def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torc
 
 
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
-    """Layers and heads (the config's) and tokens of `spec`, from its config, tokenizer or image processor
-    alone: the adapter's own preprocessing on an adapter that has no model (no weights loaded).
+    """Layers and heads (the config's) and tokens of `spec`, from its config, tokenizer or image
+    processor alone: the adapter's own preprocessing on an adapter that has no model (no weights
+    loaded).
 
     Text: each input's tokens, counted by the tokenizer when asked. Images: the processor runs on
     two blank pictures (`PROBE_SIZES`); an output size that follows the input's is refused.

@@ -129,9 +129,9 @@ def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torc
 
 
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
-    """Blocks, heads and tokens of `spec`: the architecture built on torch's `meta` device (no memory,
-    no initialisation, no weights), since timm derives the patch grid and prefix tokens from its
-    entrypoint's arguments and exposes them nowhere else."""
+    """Blocks, heads and tokens of `spec`: the architecture built on torch's `meta` device (no
+    memory, no initialisation, no weights), since timm derives the patch grid and prefix tokens
+    from its entrypoint's arguments and exposes them nowhere else."""
     with torch.device("meta"):
         model = build_model(replace(spec, pretrained=False, weights=None))
     return TokenLayout(len(model.blocks), int(model.blocks[0].attn.num_heads),
