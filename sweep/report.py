@@ -148,44 +148,33 @@ def baseline_table(tree: xr.DataTree) -> pd.DataFrame:
 
 def token_counts(tree: xr.DataTree) -> pd.DataFrame:
     """Per model and token set: the matrix sizes n its tested inputs produced (min/median/max)."""
-    rows = []
+    tables = []
     for name in model_names(tree):
         ds = tree[name].to_dataset()
-        kept = ds["n_kept"].where(ok(ds)).max("layer").compute()  # (input, token_set)
-        for token_set in ds["token_set"].values:
-            sizes = kept.sel(token_set=token_set).values
-            sizes = sizes[np.isfinite(sizes)]
-            stats = [sizes.min(), np.median(sizes), sizes.max()] if sizes.size else [np.nan] * 3
-            rows.append({"model": name, "token_set": str(token_set), "inputs": sizes.size,
-                         "n_min": stats[0], "n_median": stats[1], "n_max": stats[2]})
+        tested = ds["n_kept"].where(ok(ds))  # NaN: no verdict
+        kept = (tested.max("layer") if ds.sizes["input"] else tested.isel(layer=0)).compute()
+        tables.append(_per_token_set(name, _spread(kept, "n").assign(inputs=kept.count("input"))))
     columns = ["model", "token_set", "inputs", "n_min", "n_median", "n_max"]
-    return pd.DataFrame(rows, columns=columns)
+    return _concat(tables, columns)
 
 
 def rollout_gap(tree: xr.DataTree) -> pd.DataFrame:
     """At the last layer (the full rollout): kappa of the rollout against the product of the
     layerwise bounds, as medians and the spread of their ratio kappa / bound."""
-    rows = []
+    tables = []
     for name in model_names(tree):
         last = tree[name].to_dataset().isel(layer=-1)
-        kappa = last["rollout_kappa"].where(ok(last)).compute()  # (input, token_set)
-        bound = last["rollout_bound"].where(ok(last)).compute()
-        for token_set in last["token_set"].values:
-            k, b = kappa.sel(token_set=token_set).values, bound.sel(token_set=token_set).values
-            keep = np.isfinite(k) & np.isfinite(b) & (b > 0)
-            k, b = k[keep], b[keep]
-            ratio = k / b
-            rows.append({
-                "model": name, "token_set": str(token_set), "layer": int(last["layer"]),
-                "inputs": int(keep.sum()),
-                "kappa_median": _median(k), "bound_median": _median(b),
-                "ratio_median": _median(ratio),
-                "ratio_min": ratio.min() if ratio.size else np.nan,
-                "ratio_max": ratio.max() if ratio.size else np.nan,
-            })
+        kappa, bound = (last[var].where(ok(last)).compute()  # (input, token_set)
+                        for var in ("rollout_kappa", "rollout_bound"))
+        keep = np.isfinite(kappa) & np.isfinite(bound) & (bound > 0)
+        kappa, bound = kappa.where(keep), bound.where(keep)
+        table = _spread(kappa / bound, "ratio").assign(
+            inputs=keep.sum("input"), kappa_median=kappa.median("input"),
+            bound_median=bound.median("input"))
+        tables.append(_per_token_set(name, table, keep=("layer",)))
     columns = ["model", "token_set", "layer", "inputs", "kappa_median", "bound_median",
                "ratio_median", "ratio_min", "ratio_max"]
-    return pd.DataFrame(rows, columns=columns)
+    return _concat(tables, columns)
 
 
 def render_markdown(report: Report) -> str:
@@ -286,8 +275,26 @@ def _models_with(tree: xr.DataTree, token_sets: tuple[str, ...]) -> list[str]:
     ]
 
 
-def _median(values: np.ndarray) -> float:
-    return float(np.median(values)) if values.size else math.nan
+def _spread(values: xr.DataArray, name: str) -> xr.Dataset:
+    """`{name}_min`, `{name}_median`, `{name}_max` over the `input` dim of `values`, NaN (no
+    value) left out; NaN where there is no value at all."""
+    if not values.sizes["input"]:  # min and max have no identity: one NaN entry is no value
+        values = values.pad(input=(0, 1))
+    return xr.Dataset({f"{name}_{stat}": getattr(values, stat)("input")
+                       for stat in ("min", "median", "max")})
+
+
+def _per_token_set(model: str, table: xr.Dataset, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A model's (token_set) reductions as rows: model, token_set, the scalar coords in `keep`,
+    the variables."""
+    table = table.drop_vars([c for c in table.coords if c not in ("token_set", *keep)])
+    return table.to_dataframe().reset_index().assign(model=model)
+
+
+def _concat(tables: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    if not tables:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(tables, ignore_index=True)[columns]
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -326,8 +333,9 @@ def _rate_and_interval(record: dict, prefix: str = "") -> str:
 
 def _headline(summary: pd.DataFrame) -> list[str]:
     """One row per model, one column per token set: rate [CI] (holding/inputs)."""
-    if summary.empty:
-        return ["(no results yet)", ""]
+    if summary.empty:  # every model has token sets: a row each, tested or not
+        return ["(no models in this store yet: `sweep run` adds the models its config lists)",
+                ""]
     cells = summary.assign(cell=_fraction(summary, "holding", "inputs", ""))
     wide = cells.pivot(index="model", columns="token_set", values="cell")
     order = list(dict.fromkeys(summary["token_set"]))
