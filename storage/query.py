@@ -3,8 +3,8 @@
 Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
 arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
 once at the end), so partial and resumed sweeps report exactly what is done. The counting is
-xarray's (`cell_counts`, `group_counts`, `rates`); `holding_rates` turns the result into a pandas
-table only at the end, for the report to render.
+xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.counts`); `holding_rates`
+turns the result into a pandas table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
 values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`

@@ -17,11 +17,13 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from storage.counts import group_counts, rates
 from storage.layout import BASELINE_GROUP
 from storage.query import (
     attaining_special,
     cell_counts,
     check_tol,
+    depth_bin,
     holds,
     model_names,
     ok,
@@ -34,7 +36,8 @@ from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from workers.token_kinds import reading_label
 
-LAST_THIRD = 2  # index of the last of three relative-depth bins
+DEPTH_BINS = 3  # the depth section's relative-depth bins: thirds
+LAST_THIRD = 2  # index of the last of them
 RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
 
 
@@ -64,12 +67,8 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
     """Reduce a results tree to the study's tables; `tol` re-applies a tolerance to margins."""
     tol = check_tol(tol)
     cells = cell_counts(tree, tol)  # read the verdicts once, group them three ways
-    depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=3)
-    order = {name: index for index, name in enumerate(model_names(tree))}
-    depth = depth.sort_values(  # models in store order, then token set and depth
-        ["model", "token_set", "depth"], kind="stable", ignore_index=True,
-        key=lambda column: column.map(order) if column.name == "model" else column,
-    )
+    depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=DEPTH_BINS)
+    order = model_names(tree)
     summary = rates_from_cells(cells, by=("model", "token_set"))
     return Report(
         store=store,
@@ -77,8 +76,8 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
         summary=label_readings(summary),
         rates=label_readings(rates_from_cells(cells)),
-        depth=label_readings(depth),
-        failures=label_readings(failures_by_depth(depth)),
+        depth=label_readings(_in_store_order(depth, order, ["token_set", "depth"])),
+        failures=label_readings(_in_store_order(failures_by_depth(cells), order, ["token_set"])),
         rescue=special_token_rescue(tree, tol),
         special_pairs=special_pairs(tree, tol),
         attribution=attribution(tree, tol),
@@ -91,12 +90,25 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
     )
 
 
-def failures_by_depth(depth: pd.DataFrame) -> pd.DataFrame:
-    """Per model and token set: failures (inputs - holding) and the share in the last third."""
-    frame = depth.assign(failures=depth["inputs"] - depth["holding"])
-    frame["last_third"] = np.where(frame["depth"] == LAST_THIRD, frame["failures"], 0)
-    table = frame.groupby(["model", "token_set"], sort=False)[["failures", "last_third"]].sum()
-    return with_rates(table.reset_index(), "last_third", "failures")
+def failures_by_depth(cells: xr.Dataset) -> pd.DataFrame:
+    """Per model and token set, from `cell_counts`: failures (inputs - holding, over every layer)
+    and the share of them in the last third of the layers (relative depth), summed by xarray."""
+    failures = cells["inputs"] - cells["holding"]
+    last = depth_bin(cells["relative_depth"].values, DEPTH_BINS) == LAST_THIRD
+    counts = xr.Dataset({"failures": failures,
+                         "last_third": failures.where(xr.DataArray(last, dims="cell"), 0)})
+    groups = group_counts(counts, ("model", "token_set"))
+    groups = groups.merge(rates(groups["last_third"], groups["failures"]))
+    columns = ["model", "token_set", "failures", "last_third", "rate", "ci_low", "ci_high"]
+    return pd.DataFrame({column: groups[column].values for column in columns})
+
+
+def _in_store_order(table: pd.DataFrame, models: list[str], then: list[str]) -> pd.DataFrame:
+    """`table`'s rows sorted by model in the store's order, then by the columns `then`."""
+    order = {name: index for index, name in enumerate(models)}
+    return table.sort_values(["model", *then], kind="stable", ignore_index=True,
+                             key=lambda column: column.map(order) if column.name == "model"
+                             else column)
 
 
 def special_token_rescue(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
