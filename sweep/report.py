@@ -164,6 +164,7 @@ def token_counts(tree: xr.DataTree) -> pd.DataFrame:
     for name in model_names(tree):
         ds = tree[name].to_dataset()
         tested = ds["n_kept"].where(ok(ds))  # NaN: no verdict
+        # the largest over layers (dask's max refuses an empty array: no inputs, nothing to take)
         kept = (tested.max("layer") if ds.sizes["input"] else tested.isel(layer=0)).compute()
         tables.append(_per_token_set(name, _spread(kept, "n").assign(inputs=kept.count("input"))))
     columns = ["model", "token_set", "inputs", "n_min", "n_median", "n_max"]
