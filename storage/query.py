@@ -3,8 +3,8 @@
 Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
 arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
 once at the end), so partial and resumed sweeps report exactly what is done. The counting is
-xarray's (`cell_counts`, `group_counts`, `rates`); `holding_rates` turns the result into a pandas
-table only at the end, for the report to render.
+xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.counts`); `holding_rates`
+turns the result into a pandas table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
 values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`
@@ -28,6 +28,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from storage.counts import group_counts, rates
 from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
@@ -116,10 +117,11 @@ def rates_from_cells(
         raise InputError(f"depth_bins must be a positive integer, got {depth_bins}")
     cells = cells.assign_coords(
         depth=("cell", depth_bin(cells["relative_depth"].values, depth_bins)))
-    groups = group_counts(cells, by)
+    layers = "model" in by and "layer" in by  # one relative depth per group: the layer's own
+    groups = group_counts(cells[list(COUNT_COLUMNS)], by, keep=["relative_depth"] if layers else [])
     columns = {key: groups[key].values for key in by}
     columns.update({name: groups[name].values for name in COUNT_COLUMNS})
-    if "model" in by and "layer" in by:
+    if layers:
         columns["relative_depth"] = groups["relative_depth"].values
     if "depth" in by:
         columns["depth_low"] = groups["depth"].values / depth_bins
@@ -127,44 +129,6 @@ def rates_from_cells(
     columns.update({name: values.values for name, values in rates(
         groups["holding"], groups["inputs"]).items()})
     return pd.DataFrame(columns)
-
-
-def group_counts(cells: xr.Dataset, by: Sequence[str]) -> xr.Dataset:
-    """The counts of `cell_counts` summed per group of `by` (coordinates of the `cell` dim), along
-    a `group` dim: one group per combination of `by` that occurs, in order of first appearance,
-    the keys as coordinates on it, and `relative_depth` when the groups are layers of a model
-    (`by` holds model and layer). With `by` empty, one group: every cell."""
-    layers = "model" in by and "layer" in by
-    counts = cells.reset_coords("relative_depth")[
-        [*COUNT_COLUMNS, *(["relative_depth"] if layers else [])]]
-    if not by:
-        return counts.sum("cell").expand_dims("group")
-    if not cells.sizes["cell"]:
-        empty = {key: ("group", cells[key].values) for key in by}
-        return counts.reset_coords(drop=True).rename(cell="group").assign_coords(empty)
-    first = xr.DataArray(np.arange(cells.sizes["cell"]), dims="cell",
-                         coords={key: cells[key] for key in by})
-    grouped = counts[list(COUNT_COLUMNS)].groupby(list(by)).sum()
-    if layers:  # one value per group: the layer's own
-        grouped["relative_depth"] = counts["relative_depth"].groupby(list(by)).max()
-    grouped["first"] = first.groupby(list(by)).min()  # NaN: a combination that never occurs
-    stacked = grouped.stack(group=list(by))
-    stacked = stacked.isel(group=np.flatnonzero(np.isfinite(stacked["first"].values)))
-    stacked = stacked.sortby("first").drop_vars("first").reset_index("group")
-    return _as_counts(stacked.drop_vars("group", errors="ignore"))
-
-
-def rates(k: xr.DataArray, n: xr.DataArray) -> xr.Dataset:
-    """`rate` = k / n with its 95% Wilson interval (`ci_low`, `ci_high`), elementwise: counts
-    divided once. With no trials the rate is NaN and the interval (0, 1), as `workers.baseline`
-    defines it."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rate = k.astype(np.float64) / n
-    low, high = xr.apply_ufunc(
-        lambda a, b: wilson_interval(int(a), int(b)), k, n, vectorize=True,
-        output_core_dims=[[], []], output_dtypes=[np.float64, np.float64],
-    )
-    return xr.Dataset({"rate": rate, "ci_low": low, "ci_high": high})
 
 
 def cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
@@ -187,12 +151,8 @@ def cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
             ("relative_depth", np.float64))}
         return xr.Dataset({name: ("cell", np.array([], dtype=np.int64))
                            for name in COUNT_COLUMNS}, coords=empty)
-    return _as_counts(xr.concat(cells, dim="cell"))
-
-
-def _as_counts(ds: xr.Dataset) -> xr.Dataset:
-    """`ds` with its count variables as int64 (sums of booleans; groupby sums may be floats)."""
-    return ds.assign({name: ds[name].astype(np.int64) for name in COUNT_COLUMNS})
+    cells = xr.concat(cells, dim="cell")
+    return cells.assign({name: cells[name].astype(np.int64) for name in COUNT_COLUMNS})
 
 
 def holds(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:

@@ -1,7 +1,7 @@
 """Read the nulls of a sweep store: the config-size baseline and each model's size-matched nulls.
 
 Both are per-chunk counts; a chunk whose `holding` is still -1 is not done and counts nothing.
-Rates are the summed counts divided once, with 95% Wilson intervals (`workers.baseline`).
+Rates are the summed counts divided once (`storage.counts.rates`), with 95% Wilson intervals.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import pandas as pd
 import xarray as xr
 import zarr
 
+from storage.counts import rates
 from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
@@ -22,7 +23,6 @@ from storage.layout import (
     NULLS_GROUP,
     Var,
 )
-from storage.statistics import wilson_interval
 
 LEGACY_NULL = "uniform"  # what a store from before named nulls holds (the same stream)
 
@@ -38,23 +38,18 @@ def _array(group: zarr.Group, name: str, spec: Var, where: str,
     return array
 
 
-def _counts(holding: np.ndarray, trials: np.ndarray, disagreements: np.ndarray) -> dict:
-    """Sums over the last (chunk) axis of the finished chunks, with rates and Wilson intervals."""
-    done = holding >= 0
-    table = {
-        "trials": np.where(done, trials, 0).sum(axis=-1),
-        "holding": np.where(done, holding, 0).sum(axis=-1),
-        "disagreements": np.where(done, disagreements, 0).sum(axis=-1),
-        "chunks_done": done.sum(axis=-1),
-        "chunks": np.full(done.shape[:-1], done.shape[-1]),
-    }
-    k, n = table["holding"].ravel(), table["trials"].ravel()
-    with np.errstate(divide="ignore", invalid="ignore"):
-        table["rate"] = table["holding"] / table["trials"]
-    bounds = np.array([wilson_interval(int(a), int(b)) for a, b in zip(k, n, strict=True)],
-                      dtype=np.float64).reshape(*done.shape[:-1], 2)
-    table["ci_low"], table["ci_high"] = bounds[..., 0], bounds[..., 1]
-    return table
+def _counts(holding: np.ndarray, trials: np.ndarray, disagreements: np.ndarray,
+            dims: tuple[str, str]) -> xr.Dataset:
+    """Sums over the last (chunk) axis of the finished chunks (holding >= 0), along `dims`:
+    trials, holding, disagreements, chunks_done, chunks, then rate and its 95% Wilson interval
+    (`storage.counts.rates`)."""
+    per_chunk = xr.Dataset({name: ((*dims, "chunk"), values) for name, values in (
+        ("trials", trials), ("holding", holding), ("disagreements", disagreements))})
+    done = per_chunk["holding"] >= 0
+    table = per_chunk.where(done, 0).sum("chunk").assign(
+        chunks_done=done.sum("chunk"),
+        chunks=xr.full_like(done.sum("chunk"), done.sizes["chunk"], dtype=np.int64))
+    return table.merge(rates(table["holding"], table["trials"]))
 
 
 def baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
@@ -71,9 +66,8 @@ def baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
     else:
         nulls = np.array([str(v) for v in _array(group, "null", BASELINE_VARS["null"], where)[...]
                           .tolist()], dtype=object)
-    table = _counts(arrays["holding"], arrays["trials"], arrays["disagreements"])
-    data = {var: (("null", "n"), values) for var, values in table.items()}
-    return xr.Dataset(data, coords={"null": nulls, "n": n}, attrs=dict(group.attrs))
+    table = _counts(arrays["holding"], arrays["trials"], arrays["disagreements"], ("null", "n"))
+    return table.assign_coords(null=nulls, n=n).assign_attrs(group.attrs)
 
 
 def matched_nulls_dataset(model: zarr.Group, path: Path, name: str) -> xr.Dataset | None:
@@ -91,10 +85,9 @@ def matched_nulls_dataset(model: zarr.Group, path: Path, name: str) -> xr.Datase
     if arrays["holding"].shape[:2] != (len(nulls), len(token_sets)):
         raise InputError(f"{where}/holding has shape {arrays['holding'].shape}, expected "
                          f"({len(nulls)}, {len(token_sets)}, chunks) from its null and attrs")
-    table = _counts(arrays["holding"], arrays["trials"], arrays["disagreements"])
-    data = {var: (("null", "token_set"), values) for var, values in table.items()}
-    return xr.Dataset(data, coords={"null": nulls, "token_set": token_sets},
-                      attrs=dict(group.attrs))
+    table = _counts(arrays["holding"], arrays["trials"], arrays["disagreements"],
+                    ("null", "token_set"))
+    return table.assign_coords(null=nulls, token_set=token_sets).assign_attrs(group.attrs)
 
 
 def matched_null_table(tree: xr.DataTree, models: list[str]) -> pd.DataFrame:

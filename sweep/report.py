@@ -21,11 +21,13 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from storage.counts import group_counts, rates
 from storage.layout import BASELINE_GROUP
 from storage.query import (
     attaining_special,
     cell_counts,
     check_tol,
+    depth_bin,
     holds,
     model_names,
     ok,
@@ -38,7 +40,8 @@ from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from workers.token_kinds import reading_label
 
-LAST_THIRD = 2  # index of the last of three relative-depth bins
+DEPTH_BINS = 3  # the depth section's relative-depth bins: thirds
+LAST_THIRD = 2  # index of the last of them
 RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
 
 
@@ -69,12 +72,8 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
     """Reduce a results tree to the study's tables; `tol` re-applies a tolerance to margins."""
     tol = check_tol(tol)
     cells = cell_counts(tree, tol)  # read the verdicts once, group them three ways
-    depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=3)
-    order = {name: index for index, name in enumerate(model_names(tree))}
-    depth = depth.sort_values(  # models in store order, then token set and depth
-        ["model", "token_set", "depth"], kind="stable", ignore_index=True,
-        key=lambda column: column.map(order) if column.name == "model" else column,
-    )
+    depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=DEPTH_BINS)
+    order = model_names(tree)
     summary = rates_from_cells(cells, by=("model", "token_set"))
     return Report(
         store=store,
@@ -82,8 +81,8 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
         summary=label_readings(summary),
         rates=label_readings(rates_from_cells(cells)),
-        depth=label_readings(depth),
-        failures=label_readings(failures_by_depth(depth)),
+        depth=label_readings(_in_store_order(depth, order, ["token_set", "depth"])),
+        failures=label_readings(_in_store_order(failures_by_depth(cells), order, ["token_set"])),
         rescue=special_token_rescue(tree, tol),
         special_pairs=special_pairs(tree, tol),
         attribution=attribution(tree, tol),
@@ -112,12 +111,25 @@ def head_rates(tree: xr.DataTree, cells: xr.Dataset) -> pd.DataFrame | None:
     return label_readings(rates_from_cells(kept, by=("model", "head", "token_set")))
 
 
-def failures_by_depth(depth: pd.DataFrame) -> pd.DataFrame:
-    """Per model and token set: failures (inputs - holding) and the share in the last third."""
-    frame = depth.assign(failures=depth["inputs"] - depth["holding"])
-    frame["last_third"] = np.where(frame["depth"] == LAST_THIRD, frame["failures"], 0)
-    table = frame.groupby(["model", "token_set"], sort=False)[["failures", "last_third"]].sum()
-    return with_rates(table.reset_index(), "last_third", "failures")
+def failures_by_depth(cells: xr.Dataset) -> pd.DataFrame:
+    """Per model and token set, from `cell_counts`: failures (inputs - holding, over every layer)
+    and the share of them in the last third of the layers (relative depth), summed by xarray."""
+    failures = cells["inputs"] - cells["holding"]
+    last = depth_bin(cells["relative_depth"].values, DEPTH_BINS) == LAST_THIRD
+    counts = xr.Dataset({"failures": failures,
+                         "last_third": failures.where(xr.DataArray(last, dims="cell"), 0)})
+    groups = group_counts(counts, ("model", "token_set"))
+    groups = groups.merge(rates(groups["last_third"], groups["failures"]))
+    columns = ["model", "token_set", "failures", "last_third", "rate", "ci_low", "ci_high"]
+    return pd.DataFrame({column: groups[column].values for column in columns})
+
+
+def _in_store_order(table: pd.DataFrame, models: list[str], then: list[str]) -> pd.DataFrame:
+    """`table`'s rows sorted by model in the store's order, then by the columns `then`."""
+    order = {name: index for index, name in enumerate(models)}
+    return table.sort_values(["model", *then], kind="stable", ignore_index=True,
+                             key=lambda column: column.map(order) if column.name == "model"
+                             else column)
 
 
 def special_token_rescue(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
@@ -169,44 +181,35 @@ def baseline_table(tree: xr.DataTree) -> pd.DataFrame:
 
 def token_counts(tree: xr.DataTree) -> pd.DataFrame:
     """Per model and token set: the matrix sizes n its tested inputs produced (min/median/max)."""
-    rows = []
+    tables = []
     for name in model_names(tree):
         ds = tree[name].to_dataset()
-        kept = ds["n_kept"].where(ok(ds)).max(["layer", "head"]).compute()  # (input, token_set)
-        for token_set in ds["token_set"].values:
-            sizes = kept.sel(token_set=token_set).values
-            sizes = sizes[np.isfinite(sizes)]
-            stats = [sizes.min(), np.median(sizes), sizes.max()] if sizes.size else [np.nan] * 3
-            rows.append({"model": name, "token_set": str(token_set), "inputs": sizes.size,
-                         "n_min": stats[0], "n_median": stats[1], "n_max": stats[2]})
+        tested = ds["n_kept"].where(ok(ds))  # NaN: no verdict
+        # the largest over layers and heads (dask's max refuses an empty array: no inputs)
+        kept = (tested.max(["layer", "head"]) if ds.sizes["input"]
+                else tested.isel(layer=0, head=0)).compute()
+        tables.append(_per_token_set(name, _spread(kept, "n").assign(inputs=kept.count("input"))))
     columns = ["model", "token_set", "inputs", "n_min", "n_median", "n_max"]
-    return pd.DataFrame(rows, columns=columns)
+    return _concat(tables, columns)
 
 
 def rollout_gap(tree: xr.DataTree) -> pd.DataFrame:
     """At the last layer (the full rollout): kappa of the rollout against the product of the
     layerwise bounds, as medians and the spread of their ratio kappa / bound."""
-    rows = []
+    tables = []
     for name in model_names(tree):
         last = tree[name].to_dataset().isel(layer=-1)
-        kappa = last["rollout_kappa"].where(ok(last)).compute()  # (input, head, token_set)
-        bound = last["rollout_bound"].where(ok(last)).compute()
-        for token_set in last["token_set"].values:
-            k, b = kappa.sel(token_set=token_set).values, bound.sel(token_set=token_set).values
-            keep = np.isfinite(k) & np.isfinite(b) & (b > 0)
-            k, b = k[keep], b[keep]
-            ratio = k / b
-            rows.append({
-                "model": name, "token_set": str(token_set), "layer": int(last["layer"]),
-                "inputs": int(keep.sum()),
-                "kappa_median": _median(k), "bound_median": _median(b),
-                "ratio_median": _median(ratio),
-                "ratio_min": ratio.min() if ratio.size else np.nan,
-                "ratio_max": ratio.max() if ratio.size else np.nan,
-            })
+        kappa, bound = (_samples(last[var].where(ok(last))).compute()  # (input x head, token_set)
+                        for var in ("rollout_kappa", "rollout_bound"))
+        keep = np.isfinite(kappa) & np.isfinite(bound) & (bound > 0)
+        kappa, bound = kappa.where(keep), bound.where(keep)
+        table = _spread(kappa / bound, "ratio").assign(
+            inputs=keep.sum("input"), kappa_median=kappa.median("input"),
+            bound_median=bound.median("input"))
+        tables.append(_per_token_set(name, table, keep=("layer",)))
     columns = ["model", "token_set", "layer", "inputs", "kappa_median", "bound_median",
                "ratio_median", "ratio_min", "ratio_max"]
-    return pd.DataFrame(rows, columns=columns)
+    return _concat(tables, columns)
 
 
 def render_markdown(report: Report) -> str:
@@ -315,8 +318,33 @@ def _models_with(tree: xr.DataTree, token_sets: tuple[str, ...]) -> list[str]:
     ]
 
 
-def _median(values: np.ndarray) -> float:
-    return float(np.median(values)) if values.size else math.nan
+def _spread(values: xr.DataArray, name: str) -> xr.Dataset:
+    """`{name}_min`, `{name}_median`, `{name}_max` over the `input` dim of `values`, NaN (no
+    value) left out; NaN where there is no value at all."""
+    if not values.sizes["input"]:  # min and max have no identity: one NaN entry is no value
+        values = values.pad(input=(0, 1))
+    return xr.Dataset({f"{name}_{stat}": getattr(values, stat)("input")
+                       for stat in ("min", "median", "max")})
+
+
+def _samples(values: xr.DataArray) -> xr.DataArray:
+    """`values` with its `input` and `head` dims as one `input` dim: each stored head of each
+    input is one sample (one per input when heads are averaged)."""
+    stacked = values.stack(sample=("input", "head"))
+    return stacked.drop_vars(["sample", "input", "head"]).rename(sample="input")
+
+
+def _per_token_set(model: str, table: xr.Dataset, keep: tuple[str, ...] = ()) -> pd.DataFrame:
+    """A model's (token_set) reductions as rows: model, token_set, the scalar coords in `keep`,
+    the variables."""
+    table = table.drop_vars([c for c in table.coords if c not in ("token_set", *keep)])
+    return table.to_dataframe().reset_index().assign(model=model)
+
+
+def _concat(tables: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    if not tables:
+        return pd.DataFrame(columns=columns)
+    return pd.concat(tables, ignore_index=True)[columns]
 
 
 def _records(frame: pd.DataFrame) -> list[dict]:
@@ -355,8 +383,9 @@ def _rate_and_interval(record: dict, prefix: str = "") -> str:
 
 def _headline(summary: pd.DataFrame) -> list[str]:
     """One row per model, one column per token set: rate [CI] (holding/inputs)."""
-    if summary.empty:
-        return ["(no results yet)", ""]
+    if summary.empty:  # every model has token sets: a row each, tested or not
+        return ["(no models in this store yet: `sweep run` adds the models its config lists)",
+                ""]
     cells = summary.assign(cell=_fraction(summary, "holding", "inputs", ""))
     wide = cells.pivot(index="model", columns="token_set", values="cell")
     order = list(dict.fromkeys(summary["token_set"]))

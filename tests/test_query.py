@@ -9,15 +9,14 @@ import pytest
 import xarray as xr
 import zarr
 
+from storage.counts import group_counts, rates
 from storage.errors import InputError
 from storage.query import (
     attaining_special,
     cell_counts,
-    group_counts,
     holding_rates,
     holds_by_characterisation,
     open_results,
-    rates,
 )
 from tests.store_fixtures import FixtureModel, hand_store, write_store
 

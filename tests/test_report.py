@@ -156,3 +156,26 @@ def test_a_store_with_no_verdicts_yet_reports_counts_and_no_rates(tmp_path, caps
     assert [(s["inputs"], s["pending"], s["rate"]) for s in summary] == [(0, 6, None)] * 2
     assert main(["report", str(path)]) == 0
     assert "| m | – (0/0) | – (0/0) | 12 |" in capsys.readouterr().out
+
+
+def test_a_store_with_no_models_yet_says_so_in_every_format(tmp_path, capsys):
+    path = write_store(tmp_path / "created.zarr", {})
+    assert main(["report", str(path), "--plots", str(tmp_path / "plots")]) == 0
+    out = capsys.readouterr().out
+    assert "(no models in this store yet: `sweep run` adds the models its config lists)" in out
+    assert main(["report", str(path), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["summary"] == document["rates"] == document["nulls"] == []
+    for table in ("rates", "failures", "token_counts", "controls"):
+        assert main(["report", str(path), "--format", "csv", "--table", table]) == 0
+        assert capsys.readouterr().out.count("\n") == 1  # the header row only
+
+
+def test_a_model_with_no_inputs_has_no_tested_cells(tmp_path, capsys):
+    none = np.zeros((0, 2, 2))
+    path = write_store(tmp_path / "empty.zarr", {"m": FixtureModel(none, none.astype(np.int8))})
+    assert main(["report", str(path), "--format", "json"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert [(s["inputs"], s["rate"]) for s in document["summary"]] == [(0, None)] * 2
+    assert [(t["inputs"], t["n_median"]) for t in document["token_counts"]] == [(0, None)] * 2
+    assert [(r["inputs"], r["ratio_max"]) for r in document["rollout"]] == [(0, None)] * 2
