@@ -31,8 +31,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--verify", action="store_true",
                         help="re-hash every done task's chunks before skipping it (a full read "
                         "of the store). Without it, a chunk is re-hashed only if its size or "
-                        "mtime differs from its marker's; a deleted, resized or rewritten chunk "
-                        "is found either way, its shard recomputed")
+                        "mtime differs from its marker's: a deleted, resized or rewritten chunk "
+                        "is found either way (its shard recomputed), but a same-size edit "
+                        "whose mtime was kept or set back needs --verify")
     parser.set_defaults(func=run)
 
 
