@@ -1,8 +1,9 @@
 """Completion markers: one small file per (model or baseline, stage, index), written after data.
 
 `<store>/.sweep/markers/<scope>/<stage>-<index>.done` vouches that the task's data is fully
-written: it holds JSON `{"chunks": {path: [size, sha256] or null}}`, the chunk files the task
-wrote (see `storage.integrity`; a marker from before checksums holds `done`). `.failed` holds the
+written: it holds JSON `{"chunks": {path: [size, "crc32c:<hex>", mtime_ns] or null}}`, the chunk
+files the task wrote (see `storage.integrity`; older markers hold `[size, sha256 hex]`, and a
+marker from before checksums holds `done`). `.failed` holds the
 error of a task that kept failing: its `Type: message` line first, then the traceback. Both are
 written atomically (temporary file, fsync, rename), so a marker is either absent or complete.
 """

@@ -6,6 +6,11 @@ shard's digests to its extraction task, which verifies them and records them in 
 is extracted and tested again (only that shard: the others keep their values); a done task whose
 chunks no longer match its marker's checksums (`storage.integrity`) runs again. Nothing mixes:
 every shard's values come from the inputs its digests name.
+
+Chunks are checked at start-up by a stat each (`storage.integrity.STAT`): only those whose size or
+mtime differ from the marker's are read and re-hashed; `verify` re-hashes every chunk (`FULL`).
+A task whose chunks were re-hashed and found intact gets its marker refreshed with their mtimes,
+so the next start-up reads them no more (markers from before mtimes are refreshed the same way).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import numpy as np
 import zarr
 
 from storage import markers
-from storage.integrity import damaged_chunks
+from storage.integrity import FULL, STAT, check_chunks
 from sweep.config import SweepConfig
 from sweep.plan import ExtractTask, SweepPlan, Task
 from workers.digests import input_digests
@@ -76,14 +81,20 @@ def stale_extractions(plan: SweepPlan) -> list[ExtractTask]:
     return stale
 
 
-def damaged_tasks(plan: SweepPlan, *, quick: bool = False) -> list[Task]:
-    """Done tasks whose chunk files no longer match their marker's checksums."""
+def damaged_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
+    """Done tasks whose chunk files no longer match their marker's checksums: a stat per chunk,
+    a read of those whose size or mtime changed; with `verify`, a read of every chunk. Refreshes
+    the marker of a done task whose re-hashed chunks were intact (see the module)."""
     out = []
     for task in plan.tasks:
         vouched = markers.vouched_chunks(task.store, task.scope, task.marker)
-        bad = damaged_chunks(task.store, vouched, quick=quick) if vouched else []
-        if bad:
+        if not vouched:
+            continue
+        check = check_chunks(task.store, vouched, depth=FULL if verify else STAT)
+        if check.damaged:
             out.append(task)
-            print(f"sweep: {task.key}: {len(bad)} damaged chunk(s) ({bad[0]}, ...); recomputing",
-                  file=sys.stderr)
+            print(f"sweep: {task.key}: {len(check.damaged)} damaged chunk(s) "
+                  f"({check.damaged[0]}, ...); recomputing", file=sys.stderr)
+        elif check.rehashed:
+            markers.mark_done(task.store, task.scope, task.marker, vouched | check.rehashed)
     return out

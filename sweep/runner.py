@@ -147,12 +147,13 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     return plan
 
 
-def pending_tasks(plan: SweepPlan) -> list[Task]:
+def pending_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
     its test (its done marker is cleared: the data it vouched for is about to be rewritten), and
     a model whose tests rerun reruns its size-matched nulls (drawn at the tested sizes).
-    Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun."""
-    for task in [*stale_extractions(plan), *damaged_tasks(plan)]:
+    Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun;
+    `verify` re-hashes every done chunk instead of those whose size or mtime changed."""
+    for task in [*stale_extractions(plan), *damaged_tasks(plan, verify=verify)]:
         markers.clear(task.store, task.scope, task.marker)
 
     def done(task: Task) -> bool:
@@ -259,14 +260,16 @@ class InProcessExecutor:
         return error
 
 
-def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True) -> RunSummary:
-    """Run every pending task of `plan`; failed markers for tasks that kept failing.
+def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
+                 verify: bool = False) -> RunSummary:
+    """Run every pending task of `plan` (`verify`: see `pending_tasks`); failed markers for
+    tasks that kept failing.
 
     Ctrl-C raises `Interrupted` with a one-line count of the done tasks; an executor with
     `raised` set (`InProcessExecutor(reraise=True)`) has its task's exception re-raised after
     the failed marker is written.
     """
-    pending = pending_tasks(plan)
+    pending = pending_tasks(plan, verify=verify)
     keys = {t.key for t in pending}
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
     try:
@@ -305,8 +308,10 @@ def locked(config: SweepConfig) -> Iterator[None]:
         yield
 
 
-def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True) -> RunSummary:
-    """Lock the store, plan and create/extend it, run what is not done yet."""
+def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True,
+              verify: bool = False) -> RunSummary:
+    """Lock the store, plan and create/extend it, run what is not done yet (`verify`: re-hash
+    every done chunk first, see `pending_tasks`)."""
     with locked(config):
         plan = materialise(config, progress=progress)
-        return execute_plan(plan, executor, progress=progress)
+        return execute_plan(plan, executor, progress=progress, verify=verify)

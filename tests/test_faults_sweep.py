@@ -6,6 +6,7 @@ or (for refusals) byte for byte as it was. A tiny RoBERTa over a 5-line text fil
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -164,6 +165,25 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     assert main(["report", str(store)]) == 4
     line = one_stderr_line(capsys.readouterr().err)
     assert "damaged chunks in rob/results/holds" in line
+
+
+def test_damage_that_keeps_size_and_mtime_needs_verify(tmp_path, reference, capsys):
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    attention = chunk(store, "rob/attention", 1, 0, 0, 0)
+    stat = attention.stat()
+    data = bytearray(attention.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    attention.write_bytes(bytes(data))
+    os.utime(attention, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # mtime set back on purpose
+    config = ["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]
+    assert main(config) == 0
+    assert "0 tasks completed, 6 already done" in capsys.readouterr().out  # a stat: unseen
+    assert main([*config, "--verify"]) == 0
+    captured = capsys.readouterr()
+    assert "extract-rob-00000: 1 damaged chunk(s) (rob/attention/c/1/0/0/0" in captured.err
+    assert "2 tasks completed, 4 already done" in captured.out
+    assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
 
 
 def test_refusals_write_nothing(tmp_path, reference, capsys):

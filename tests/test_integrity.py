@@ -4,17 +4,31 @@ reader, the errno -> fix lines. No model, no sweep: fast."""
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
+from types import SimpleNamespace
 
+import google_crc32c
 import numpy as np
 import pytest
 import yaml
 import zarr
 
+import storage.integrity
 from storage import markers
 from storage.errors import InputError
-from storage.integrity import checksums, chunk_files, damaged_chunks, scan_store, variable_of
+from storage.integrity import (
+    SIZE,
+    STAT,
+    check_chunks,
+    checksums,
+    chunk_files,
+    damaged_chunks,
+    scan_store,
+    variable_of,
+)
 from sweep.faults import classify, os_error_line
+from sweep.freshness import damaged_tasks
 from sweep.yaml_io import load_yaml, read_text
 from workers.digests import input_digests
 from workers.inputs import DatasetSpec, open_dataset
@@ -53,7 +67,7 @@ def test_deleted_truncated_or_garbage_chunks_are_found(written, damage, quick_fi
     damage(store / "m/x/c/2")
     vouched = markers.vouched_chunks(store, "m", "extract-00000")
     assert damaged_chunks(store, vouched) == ["m/x/c/2"]
-    assert (damaged_chunks(store, vouched, quick=True) == ["m/x/c/2"]) == quick_finds
+    assert (damaged_chunks(store, vouched, depth=SIZE) == ["m/x/c/2"]) == quick_finds
     assert scan_store(store) == {"m/extract-00000.done": ["m/x/c/2"]}
     assert variable_of("m/x/c/2") == "m/x"
 
@@ -71,6 +85,96 @@ def test_old_and_unreadable_markers(tmp_path):
     assert markers.vouched_chunks(store, "m", "a") is None
     (store / ".sweep/markers/m/b.done").write_text("{garbage")
     assert damaged_chunks(store, markers.vouched_chunks(store, "m", "b")) != []
+
+
+def flip_one_byte(path, keep_mtime: bool) -> None:
+    """Flip the last byte of `path` in place (same size); its mtime set back if `keep_mtime`."""
+    stat = path.stat()
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0x01
+    path.write_bytes(bytes(data))
+    if keep_mtime:
+        os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def set_mtime(path, shift_ns: int) -> None:
+    stat = path.stat()
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + shift_ns))
+
+
+def one_task_plan(store):
+    task = SimpleNamespace(store=store, scope="m", marker="extract-00000", key="extract-m-00000")
+    return SimpleNamespace(tasks=[task]), task
+
+
+@pytest.fixture
+def reads(monkeypatch):
+    """The files `storage.integrity` reads to hash, in order."""
+    seen = []
+    real = storage.integrity.digest_of
+
+    def counting(path, like=storage.integrity.CRC32C):
+        seen.append(str(path))
+        return real(path, like)
+
+    monkeypatch.setattr(storage.integrity, "digest_of", counting)
+    return seen
+
+
+def test_new_markers_hold_size_crc32c_and_mtime(written):
+    store, _ = written
+    entry = markers.vouched_chunks(store, "m", "extract-00000")["m/x/c/0"]
+    path = store / "m/x/c/0"
+    assert entry == [path.stat().st_size, f"crc32c:{google_crc32c.value(path.read_bytes()):08x}",
+                     path.stat().st_mtime_ns]
+
+
+def test_old_sha256_markers_still_verify(written):
+    store, files = written
+    old = {f: None if not (store / f).exists() else
+           [(store / f).stat().st_size, hashlib.sha256((store / f).read_bytes()).hexdigest()]
+           for f in files}
+    markers.mark_done(store, "m", "extract-00000", old)
+    vouched = markers.vouched_chunks(store, "m", "extract-00000")
+    assert damaged_chunks(store, vouched) == []
+    check = check_chunks(store, vouched, depth=STAT)  # no mtime: re-hashed, with sha256
+    assert check.damaged == [] and sorted(check.rehashed) == ["m/x/c/0", "m/x/c/2"]
+    assert check.rehashed["m/x/c/2"][:2] == old["m/x/c/2"]
+    flip_one_byte(store / "m/x/c/2", keep_mtime=True)
+    assert damaged_chunks(store, vouched, depth=STAT) == ["m/x/c/2"]
+
+
+def test_crc32c_finds_a_one_byte_flip_that_keeps_size_and_mtime_only_with_verify(written):
+    store, _ = written
+    plan, task = one_task_plan(store)
+    flip_one_byte(store / "m/x/c/0", keep_mtime=True)
+    vouched = markers.vouched_chunks(store, "m", "extract-00000")
+    assert damaged_chunks(store, vouched, depth=STAT) == []  # the stat check's documented limit
+    assert damaged_chunks(store, vouched) == ["m/x/c/0"]
+    assert damaged_tasks(plan) == []
+    assert damaged_tasks(plan, verify=True) == [task]
+
+
+def test_a_same_size_overwrite_with_a_new_mtime_is_rehashed_and_found(written, reads):
+    store, _ = written
+    path = store / "m/x/c/2"
+    path.write_bytes(bytes(path.stat().st_size))
+    set_mtime(path, 10**9)  # the write's own mtime may fall in the marker's timestamp tick
+    plan, task = one_task_plan(store)
+    assert damaged_tasks(plan) == [task]
+    assert reads == [str(path)]
+
+
+def test_a_touched_but_identical_chunk_is_intact_and_its_marker_refreshed(written, reads):
+    store, _ = written
+    plan, _ = one_task_plan(store)
+    assert damaged_tasks(plan) == [] and reads == []  # untouched: a stat each, no read
+    set_mtime(store / "m/x/c/0", 10**9)
+    assert damaged_tasks(plan) == [] and reads == [str(store / "m/x/c/0")]
+    entry = markers.vouched_chunks(store, "m", "extract-00000")["m/x/c/0"]
+    assert entry[2] == (store / "m/x/c/0").stat().st_mtime_ns
+    assert damaged_tasks(plan) == [] and len(reads) == 1  # refreshed: not read again
+    assert damaged_tasks(plan, verify=True) == [] and len(reads) == 3  # --verify reads all
 
 
 def test_text_digests_follow_the_content_not_the_id(tmp_path):

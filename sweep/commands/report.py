@@ -8,7 +8,7 @@ import warnings
 from pathlib import Path
 
 from storage.errors import InputError, StoreDamagedError
-from storage.integrity import damage_message, scan_store
+from storage.integrity import SIZE, damage_message, scan_store
 from storage.query import open_results
 from storage.store import open_root
 from sweep.outputs import check_writable_folder
@@ -45,7 +45,7 @@ def check_readable(store: Path) -> None:
     if "config" not in open_root(store).attrs:
         raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
                                 f"rerun `sweep run` with its config to finish it")
-    damaged = scan_store(store, quick=True)
+    damaged = scan_store(store, depth=SIZE)
     if damaged:
         raise StoreDamagedError(damage_message(store, damaged))
 

@@ -1,4 +1,5 @@
-"""`sweep run [CONFIG] [--cluster FILE]`: run a sweep into its store, resuming what is done."""
+"""`sweep run [CONFIG] [--cluster FILE] [--verify]`: run a sweep into its store, resuming what is
+done (`--verify`: re-hash every done chunk first, `sweep.freshness`)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "first task that keeps failing stops the run and its exception is "
                         "re-raised with its traceback (after its failed marker is written)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-hash every done task's chunks before skipping it (a full read "
+                        "of the store). Without it, a chunk is re-hashed only if its size or "
+                        "mtime differs from its marker's: a deleted, resized or rewritten chunk "
+                        "is found either way (its shard recomputed), but a same-size edit "
+                        "whose mtime was kept or set back needs --verify")
     parser.set_defaults(func=run)
 
 
@@ -46,10 +53,12 @@ def run(args: argparse.Namespace) -> int:
             raise Interrupted(f"while planning, before any task ran; store {config.store} "
                               f"unlocked; rerun to resume") from None
         if cluster is None:
-            summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress)
+            summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
+                                   verify=args.verify)
         else:
             with open_client(cluster) as client:
-                summary = execute_plan(plan, DaskExecutor(client), progress=progress)
+                summary = execute_plan(plan, DaskExecutor(client), progress=progress,
+                                       verify=args.verify)
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")

@@ -19,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("store", help="the sweep's Zarr store (a directory)")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--verify", action="store_true",
-                        help="re-read every done task's chunks against its marker's checksums: "
+                        help="re-hash every done task's chunks against its marker's checksums: "
                         "damaged ones count as pending (`sweep run` recomputes them)")
     parser.set_defaults(func=status)
 
