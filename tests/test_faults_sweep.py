@@ -170,7 +170,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
 def test_damage_that_keeps_size_and_mtime_needs_verify(tmp_path, reference, capsys):
     folder = copy_of(reference, tmp_path)
     store = folder / "sweep.zarr"
-    attention = chunk(store, "rob/attention", 1, 0, 0, 0)
+    attention = chunk(store, "rob/attention", 1, 0, 0, 0, 0)
     stat = attention.stat()
     data = bytearray(attention.read_bytes())
     data[len(data) // 2] ^= 0xFF
@@ -181,7 +181,7 @@ def test_damage_that_keeps_size_and_mtime_needs_verify(tmp_path, reference, caps
     assert "0 tasks completed, 6 already done" in capsys.readouterr().out  # a stat: unseen
     assert main([*config, "--verify"]) == 0
     captured = capsys.readouterr()
-    assert "extract-rob-00000: 1 damaged chunk(s) (rob/attention/c/1/0/0/0" in captured.err
+    assert "extract-rob-00000: 1 damaged chunk(s) (rob/attention/c/1/0/0/0/0" in captured.err
     assert "2 tasks completed, 4 already done" in captured.out
     assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
 
