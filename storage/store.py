@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -306,25 +305,34 @@ def read_attention(group: zarr.Group, start: int, stop: int) -> np.ndarray:
     return attention[:, :, None] if _legacy(array, LEGACY_ATTENTION_DIMS) else attention
 
 
-@dataclass(frozen=True)
+READ_BLOCK_BYTES = 64 << 20  # StoredAttention reads this much attention per store read, at most
+# (or one input where one input is larger): one read of a whole ViT-B shard, one input at a time
+# for DINOv2 at 518 px (90 MB per input)
+
+
 class StoredAttention:
-    """A shard's attention in the store, read one input at a time: `[i]` is input start + i's
-    padded (layer, head, query, key) stack (`read_attention`); `shape` is the shard's."""
+    """A shard's attention in the store, read in blocks of inputs of at most READ_BLOCK_BYTES as
+    they are asked for in order: `[i]` is input start + i's padded (layer, head, query, key)
+    stack (`read_attention`); `shape` is the shard's. Memory: one block, not the shard."""
 
-    group: zarr.Group
-    start: int
-    stop: int
-
-    @property
-    def shape(self) -> tuple[int, ...]:
-        array = self.group["attention"]
+    def __init__(self, group: zarr.Group, start: int, stop: int) -> None:
+        self.group, self.start, self.stop = group, start, stop
+        array = group["attention"]
         heads = 1 if _legacy(array, LEGACY_ATTENTION_DIMS) else array.shape[2]
-        return (self.stop - self.start, array.shape[1], heads, *array.shape[-2:])
+        self.shape = (stop - start, array.shape[1], heads, *array.shape[-2:])
+        per_input = 4 * int(np.prod(self.shape[1:]))
+        self.block = max(1, READ_BLOCK_BYTES // per_input)
+        self._first, self._values = 0, np.empty((0, *self.shape[1:]), dtype=np.float32)
 
     def __getitem__(self, i: int) -> np.ndarray:
-        if not 0 <= i < self.stop - self.start:
-            raise IndexError(f"input {i} of a shard of {self.stop - self.start}")
-        return read_attention(self.group, self.start + i, self.start + i + 1)[0]
+        if not 0 <= i < self.shape[0]:
+            raise IndexError(f"input {i} of a shard of {self.shape[0]}")
+        if not self._first <= i < self._first + len(self._values):
+            self._values = None  # drop the last block before reading the next
+            last = min(i + self.block, self.shape[0])
+            self._first = i
+            self._values = read_attention(self.group, self.start + i, self.start + last)
+        return self._values[i - self._first]
 
 
 def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarray]) -> None:

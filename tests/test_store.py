@@ -14,6 +14,7 @@ import pytest
 import zarr
 
 from storage import markers
+from storage import store as store_module
 from storage.errors import InputError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
@@ -78,6 +79,28 @@ def test_attention_is_stored_raw_and_everything_else_compressed(tmp_path):
     attention = np.random.default_rng(0).random((4, 3, 1, 5, 5)).astype(np.float32)
     group["attention"][:4] = attention
     assert np.array_equal(group["attention"][:4], attention)
+
+
+@pytest.mark.parametrize(("block_bytes", "reads"), [(1 << 30, 1), (4 * 3 * 25 * 2, 5)])
+def test_stored_attention_reads_a_shard_in_blocks_of_inputs(tmp_path, monkeypatch,
+                                                            block_bytes, reads):
+    """A test task holds one block of inputs (READ_BLOCK_BYTES), not its shard: here the
+    whole shard of 10 in one read, or two inputs (3 layers x 1 head x 5 x 5 float32) per read."""
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    values = np.random.default_rng(2).random((10, 3, 1, 5, 5)).astype(np.float32)
+    group["attention"][:] = values
+    calls = []
+    monkeypatch.setattr(store_module, "READ_BLOCK_BYTES", block_bytes)
+    real = store_module.read_attention
+    monkeypatch.setattr(store_module, "read_attention",
+                        lambda *args: calls.append(args[1:]) or real(*args))
+    shard = store_module.StoredAttention(group, 0, 10)
+    assert shard.shape == (10, 3, 1, 5, 5)
+    assert all(np.array_equal(shard[i], values[i]) for i in range(10))
+    assert len(calls) == reads
+    with pytest.raises(IndexError):
+        shard[10]
 
 
 def test_stores_with_compressed_attention_still_read(tmp_path):

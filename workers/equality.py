@@ -283,13 +283,13 @@ def check(
 def kappa_only(x: np.ndarray) -> np.ndarray:
     """kappa of each matrix of a float64 C-contiguous (b, n, n) batch, as `check(x,
     validate=False).kappa` returns it (the oracle's value bit for bit), without kappa(M), the pair
-    or the characterisation: the pruned kernel's screen (`pruned.kappa_over_matrices`) leaves
-    only the pairs that can attain the maximum to sum in the oracle's order."""
+    or the characterisation (`pruned.kappa_over_matrices`: the pruned kernel's screen, or a
+    float32 screen where a nearly rank-one rollout product leaves it too many pairs)."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     threads = numba.get_num_threads()
     with _KERNEL_LOCK:
         _, qs, screens = _buffers(x.shape[1], False, threads)
-        return pruned.kappa_over_matrices(x, qs, screens)
+        return pruned.kappa_over_matrices(x, qs, screens, kernel.tile_order(x.shape[1]))
 
 
 _BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread

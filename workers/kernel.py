@@ -3,7 +3,7 @@
 `equality.check` on the CPU screens with `workers.pruned` (uint16 upper bounds, exact pruning);
 this module holds the float32 screen behind `check(device=...)` (torch.cdist) and the tests, the
 exact verification both share (`exact_verdict`, `characterise`, dense and sparse oracle-order
-sums). The float32 route, per matrix:
+sums) and the float64 kappa of rollouts (`kappa_over_matrices`). The float32 route, per matrix:
 
 1. Screen (fast, float32, SIMD): for every row pair i < j an estimate of
    kappa_ij(A) = 1/2 sum_k |A_ik - A_jk| = 1/2 (r_i + r_j) - sum_k min(A_ik, A_jk)  (r: row sums),
@@ -484,3 +484,168 @@ def check_screened(a, screened, tol, window, special, has_special):
         verify(a[m], screened[m], screen_error(a[m]), tol, window, special[m], has_special,
                out_f, out_i, m)
     return out_f, out_i
+
+
+@njit(fastmath=True, cache=True)
+def _tv_tile64(x: np.ndarray, i0: int, j0: int, out: np.ndarray) -> None:
+    """out[i0+a, j0+b] = sum_k |x[i0+a, k] - x[j0+b, k]| in float64 for a, b in 0..3, summed in
+    any order (fastmath lets LLVM vectorise over k): each difference is the oracle's own."""
+    n = x.shape[1]
+    a0 = x[i0]
+    a1 = x[i0 + 1]
+    a2 = x[i0 + 2]
+    a3 = x[i0 + 3]
+    b0 = x[j0]
+    b1 = x[j0 + 1]
+    b2 = x[j0 + 2]
+    b3 = x[j0 + 3]
+    s00 = s01 = s02 = s03 = 0.0
+    s10 = s11 = s12 = s13 = 0.0
+    s20 = s21 = s22 = s23 = 0.0
+    s30 = s31 = s32 = s33 = 0.0
+    for k in range(n):
+        x0, x1, x2, x3 = a0[k], a1[k], a2[k], a3[k]
+        y0, y1, y2, y3 = b0[k], b1[k], b2[k], b3[k]
+        s00 += abs(x0 - y0)
+        s01 += abs(x0 - y1)
+        s02 += abs(x0 - y2)
+        s03 += abs(x0 - y3)
+        s10 += abs(x1 - y0)
+        s11 += abs(x1 - y1)
+        s12 += abs(x1 - y2)
+        s13 += abs(x1 - y3)
+        s20 += abs(x2 - y0)
+        s21 += abs(x2 - y1)
+        s22 += abs(x2 - y2)
+        s23 += abs(x2 - y3)
+        s30 += abs(x3 - y0)
+        s31 += abs(x3 - y1)
+        s32 += abs(x3 - y2)
+        s33 += abs(x3 - y3)
+    out[i0, j0], out[i0, j0 + 1], out[i0, j0 + 2], out[i0, j0 + 3] = s00, s01, s02, s03
+    out[i0 + 1, j0], out[i0 + 1, j0 + 1], out[i0 + 1, j0 + 2], out[i0 + 1, j0 + 3] = (
+        s10, s11, s12, s13)
+    out[i0 + 2, j0], out[i0 + 2, j0 + 1], out[i0 + 2, j0 + 2], out[i0 + 2, j0 + 3] = (
+        s20, s21, s22, s23)
+    out[i0 + 3, j0], out[i0 + 3, j0 + 1], out[i0 + 3, j0 + 2], out[i0 + 3, j0 + 3] = (
+        s30, s31, s32, s33)
+
+
+@njit(cache=True)
+def kappa_one(a: np.ndarray, tiles: np.ndarray, x: np.ndarray, sums: np.ndarray) -> float:
+    """The oracle's kappa(A) = max_{i<j} 0.5 * (sequential float64 sum of |A_ik - A_jk|) of one
+    (n, n) float64 matrix, with no assumption on its rows (kappa alone: no kappa(M), no pair).
+
+    Screen: every pair's sum in float64, any order (`_tv_tile64`). Both it and the oracle sum
+    the same n terms |fl(A_ik - A_jk)|, so each is within g = gamma_{n-1} (relative) of their
+    exact sum S; a pair can attain the oracle maximum only if its screened sum is at least
+    t_max (1 - g)^2 / (1 + g)^2 >= t_max (1 - 4 g). Those pairs are recomputed in the oracle's
+    order. `x` (padded rows, n) and `sums` (padded, padded) are scratch buffers.
+    """
+    n = a.shape[0]
+    if n < 2:
+        return 0.0
+    for i in range(n):
+        for k in range(n):
+            x[i, k] = a[i, k]
+    for t in range(tiles.shape[0]):
+        _tv_tile64(x, tiles[t, 0], tiles[t, 1], sums)
+    t_max = 0.0
+    for i in range(n):
+        for j in range(i + 1, n):
+            t_max = max(t_max, sums[i, j])
+    g = 1.01 * (n + 1) * U64
+    floor = t_max * (1.0 - 5.0 * g) - 2.0**-1000  # 5 g > 4 g: room for this line's rounding
+    count = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if sums[i, j] >= floor:
+                count += 1
+    rows_i = np.empty(count, dtype=np.int64)
+    rows_j = np.empty(count, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if sums[i, j] >= floor:
+                rows_i[c], rows_j[c] = i, j
+                c += 1
+    return tv_pairs(a, rows_i, rows_j).max()
+
+
+@njit(parallel=True, cache=True)
+def kappa_over_matrices(a, tiles, threads):
+    """`kappa_one` of each (n, n) matrix of a (b, n, n) float64 batch, matrices spread over
+    `threads`, each with its own buffers; (b,) float64."""
+    b, n = a.shape[0], a.shape[1]
+    rows = -(-n // TILE) * TILE
+    out = np.empty(b, dtype=np.float64)
+    for t in prange(threads):
+        x = np.zeros((rows, n), dtype=np.float64)  # (padded row, column); padding rows stay 0
+        sums = np.empty((rows, rows), dtype=np.float64)  # (row i, row j)
+        for m in range(t, b, threads):
+            out[m] = kappa_one(a[m], tiles, x, sums)
+    return out
+
+
+# --- The whole rollout's kappa, screened in float32 (speed-stage) ---------------------------
+
+CANDIDATES_PER_ROW = 4  # beyond n * this many candidate pairs, `kappa_one32` screens in float64
+
+
+@njit(cache=True)
+def kappa_one32(a: np.ndarray, tiles: np.ndarray, x32: np.ndarray, out32: np.ndarray,
+                x64: np.ndarray, sums: np.ndarray) -> float:
+    """`kappa_one` (the oracle's kappa(A) bit for bit) screened in float32 first.
+
+    The float32 screen (`screen_serial`, half the bytes and twice the SIMD lanes of float64)
+    is within `screen_error(a)` of each exact kappa_ij, which also covers rows off 1 and the
+    oracle's own rounding; every pair whose screened value is within 2 * err of the screened
+    maximum can attain the oracle's maximum, and only those are recomputed in the oracle's order
+    (`tv_pairs`). Where more than CANDIDATES_PER_ROW * n pairs tie that closely (near-uniform or
+    identical rows), the float64 screen of `kappa_one` takes over, so ties cost what they cost
+    before. `x32` (padded rows, n) float32 with zero padding rows, `out32` (padded, padded)
+    float32, `x64` and `sums` as `kappa_one`'s scratch buffers.
+    """
+    n = a.shape[0]
+    if n < 2:
+        return 0.0
+    fill_float32(a, x32)
+    screen_serial(x32, tiles, out32)
+    kmax = np.float32(-np.inf)
+    for i in range(n):
+        for j in range(i + 1, n):
+            kmax = max(kmax, out32[i, j])
+    floor = np.float64(kmax) - 2.0 * screen_error(a)
+    count = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if np.float64(out32[i, j]) >= floor:
+                count += 1
+    if count > CANDIDATES_PER_ROW * n:
+        return kappa_one(a, tiles, x64, sums)
+    rows_i = np.empty(count, dtype=np.int64)
+    rows_j = np.empty(count, dtype=np.int64)
+    c = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            if np.float64(out32[i, j]) >= floor:
+                rows_i[c], rows_j[c] = i, j
+                c += 1
+    return tv_pairs(a, rows_i, rows_j).max()
+
+
+@njit(parallel=True, cache=True)
+def kappa32_over_matrices(a, tiles, threads):
+    """`kappa_one32` of each (n, n) matrix of a (b, n, n) float64 batch, matrices spread over
+    `threads`, each with its own buffers; (b,) float64, equal to `kappa_over_matrices`."""
+    b, n = a.shape[0], a.shape[1]
+    rows = -(-n // TILE) * TILE
+    out = np.empty(b, dtype=np.float64)
+    for t in prange(threads):
+        x32 = np.zeros((rows, n), dtype=np.float32)  # (padded row, column); padding rows stay 0
+        out32 = np.empty((rows, rows), dtype=np.float32)  # (row i, row j)
+        x64 = np.zeros((rows, n), dtype=np.float64)
+        sums = np.empty((rows, rows), dtype=np.float64)
+        for m in range(t, b, threads):
+            out[m] = kappa_one32(a[m], tiles, x32, out32, x64, sums)
+    return out

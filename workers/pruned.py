@@ -29,10 +29,12 @@ import numpy as np
 from numba import njit, prange
 
 from workers.kernel import (
+    TILE,
     U64,
     characterise,
     exact_verdict,
     is_sparse,
+    kappa_one32,
     lazy_factor,
     no_pair,
     row_sum,
@@ -49,6 +51,7 @@ SCALE = 65280.0  # quantisation scale for rows summing to 1: sum_k q_ik <= 65280
 LANES = 16  # columns are padded with zeros to whole 16-lane vectors
 TILE_ROWS = 6  # a screen tile is 6 x 2 pairs: 12 16-bit accumulators + 8 row vectors
 TILE_COLS = 2
+CANDIDATES_PER_ROW = 4  # kappa alone: beyond n * this many candidates, the float32 screen decides
 
 
 def quantised_shape(n: int) -> tuple[int, int]:
@@ -313,32 +316,39 @@ def select(x, screened, scale, rmax, tol, window):
     return a_i, a_j, m_i[:c], m_j[:c]
 
 
-@njit(cache=True)
-def kappa_one(x, q, screened) -> float:
-    """The oracle's kappa of one trusted float64 (n, n) matrix (rows nonnegative, summing to
-    about 1): screened like `check`, only the pairs that can attain the maximum summed in the
-    oracle's order. 0 when n < 2."""
-    n = x.shape[0]
-    if n < 2:
-        return 0.0
-    rmax = trusted_rmax(x)
-    scale = scale_for(rmax)
-    quantise_matrix(x, q, scale)
-    screen_serial(q, n, screened)
-    a_i, a_j, _ = kappa_candidates(x, screened, scale, bound_constants(n, rmax)[1], 0.0)
-    return tv_many(x, a_i, a_j, False).max()
-
-
 @njit(parallel=True, cache=True)
-def kappa_over_matrices(a, qs, screens) -> np.ndarray:
-    """`kappa_one` of every matrix of a trusted float64 (b, n, n) batch, matrices spread over
-    the threads of the `buffers` qs, screens; (b,) float64."""
-    b = a.shape[0]
+def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
+    """The oracle's kappa of each matrix of a trusted float64 (b, n, n) batch (rows nonnegative,
+    summing to about 1: rollout products), bit for bit, matrices spread over the threads of the
+    `buffers` qs, screens; (b,) float64. The 16-bit screen and exact pruning first; where more
+    than CANDIDATES_PER_ROW * n pairs survive (a nearly rank-one product, kappa small against
+    the screen's resolution of about n / 65280), `kernel.kappa_one32` (a float32 screen with a
+    relative error bound, then float64) decides instead. `tiles`: `kernel.tile_order(n)`."""
+    b, n = a.shape[0], a.shape[1]
     threads = qs.shape[0]
-    out = np.empty(b, dtype=np.float64)
+    rows = -(-n // TILE) * TILE
+    out = np.zeros(b, dtype=np.float64)
     for t in prange(threads):
+        # the float32 screen's buffers: untouched (no page faults) unless it runs; zero padding
+        x32 = np.empty((rows, n), dtype=np.float32)
+        out32 = np.empty((rows, rows), dtype=np.float32)
+        x64 = np.empty((rows, n), dtype=np.float64)
+        sums = np.empty((rows, rows), dtype=np.float64)
+        x32[n:] = 0.0
+        x64[n:] = 0.0
         for m in range(t, b, threads):
-            out[m] = kappa_one(a[m], qs[t], screens[t])
+            if n < 2:
+                continue
+            x = a[m]
+            rmax = trusted_rmax(x)
+            scale = scale_for(rmax)
+            quantise_matrix(x, qs[t], scale)
+            screen_serial(qs[t], n, screens[t])
+            a_i, a_j, _ = kappa_candidates(x, screens[t], scale, bound_constants(n, rmax)[1], 0.0)
+            if a_i.shape[0] <= CANDIDATES_PER_ROW * n:
+                out[m] = tv_many(x, a_i, a_j, False).max()
+                continue
+            out[m] = kappa_one32(x, tiles, x32, out32, x64, sums)
     return out
 
 
