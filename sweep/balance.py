@@ -40,23 +40,25 @@ class Constant:
 
 CONSTANTS: dict[str, Constant] = {
     "CHECK_S": Constant(
-        1.7e-10, "CPU-s per pair-element (T^3/2 per matrix) of `check`",
-        "benchmarks/test_stage_bench.py --cases vit-b --inputs 8 --rounds 3, part 'check' "
-        "(CPU ms / pair-elements), 2-core AMD EPYC shared with 7 other jobs (load ~12), "
-        "2026-11-30; DINOv2-L-reg 224 in the same run: 0.8e-10",
+        4.1e-11, "CPU-s per pair-element (T^3/2 per matrix) of `check`",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py --cases "
+        "vit-b,dinov2-l-reg --inputs 32 --rounds 3, part 'check' (CPU ms / pair-elements), "
+        "one thread, 2-core AMD EPYC otherwise idle, 2026-11-30; DINOv2-L-reg 224 in the same "
+        "run: 4.3e-11",
     ),
     "PRODUCTS_S": Constant(
-        1.9e-10, "CPU-s per pair-element (T^3/2) of one float64 rollout product",
-        "same run, part 'rollout products' (DINOv2-L-reg: 1.4e-10)",
+        1.2e-10, "CPU-s per pair-element (T^3/2) of one float64 rollout product",
+        "same run, part 'rollout products' (DINOv2-L-reg: 1.1e-10)",
     ),
     "ROLLOUT_KAPPA_S": Constant(
-        1.8e-10, "CPU-s per pair-element (T^3/2) of kappa of one rollout product",
-        "same run, part 'rollout kappa' (DINOv2-L-reg: 1.3e-10)",
+        4.5e-11, "CPU-s per pair-element (T^3/2) of kappa of one rollout product",
+        "same run, part 'rollout kappa' (DINOv2-L-reg: 9.6e-11: its deep products are nearly "
+        "rank one, and more of them take the float32 screen)",
     ),
     "RESTRICT_IO_S": Constant(
-        2.3e-8, "CPU-s per attention element (T^2 per layer and token set): read, "
+        9.6e-9, "CPU-s per attention element (T^2 per layer and token set): read, "
         "restriction, write",
-        "same run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 2.3e-8)",
+        "same run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 7.1e-9)",
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
