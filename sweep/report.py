@@ -22,6 +22,7 @@ import pandas as pd
 import xarray as xr
 
 from storage.counts import group_counts, rates
+from storage.errors import InputError
 from storage.layout import BASELINE_GROUP
 from storage.query import (
     attaining_special,
@@ -274,7 +275,12 @@ def render_markdown(report: Report) -> str:
 
 def table_names() -> list[str]:
     """The report's tables, by their JSON keys (what `render_csv` can write)."""
-    return [f.name for f in fields(Report) if f.type in ("pd.DataFrame", pd.DataFrame)]
+    return [f.name for f in fields(Report)
+            if f.type in ("pd.DataFrame", "pd.DataFrame | None", pd.DataFrame)]
+
+
+ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)"}
+"""Why an optional table (a `Report` field that may be None) is missing from a store's report."""
 
 
 def render_csv(report: Report, table: str = "rates") -> str:
@@ -283,6 +289,8 @@ def render_csv(report: Report, table: str = "rates") -> str:
     buffer = io.StringIO()
     if table != "rates":
         frame = getattr(report, table)
+        if frame is None:
+            raise InputError(f"{report.store}: no {table!r} table: {ABSENT_TABLES[table]}")
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(frame.columns)
         for record in _records(frame):

@@ -199,6 +199,7 @@ def test_worker_specs_are_named_by_pool_and_split_the_memory():
     gpu = specs["gpu0-0"]["options"]
     assert gpu["resources"] == {"GPU": 1.0} and gpu["nthreads"] == 1
     assert gpu["env"]["CUDA_VISIBLE_DEVICES"] == "0" and gpu["env"]["OMP_NUM_THREADS"] == "1"
+    assert gpu["env"]["NUMBA_NUM_THREADS"] == "1"  # numba's default is every core
     assert int(gpu["memory_limit"]) > 0
     assert worker_specs(pools, "3GB")["cpu-0"]["options"]["memory_limit"] == "3GB"
 
@@ -222,8 +223,11 @@ def test_slurm_job_scripts_carry_each_pools_directives_and_resources():
     gpu, cpu = scripts["gpu"], scripts["cpu"]
     for line in ("#SBATCH -p gpu", "#SBATCH -A proj", "#SBATCH --cpus-per-task=4",
                  "#SBATCH --gres=gpu:1", "module load cuda", "--resources GPU=1",
-                 "--nthreads 4", "--local-directory /scratch/dask", "-J sweep-gpu"):
+                 "--nthreads 4", "--local-directory /scratch/dask", "-J sweep-gpu",
+                 "export NUMBA_NUM_THREADS=4", "export OMP_NUM_THREADS=4"):
         assert line in gpu
+    assert gpu.index("export NUMBA_NUM_THREADS=4") < gpu.index("module load cuda")
+    assert "export NUMBA_NUM_THREADS=2" in cpu
     assert "--resources CPU=2" in cpu and "--cpus-per-task=2" in cpu
     assert "--gres" not in cpu and "GPU=" not in cpu and "-J sweep-cpu" in cpu
     assert f"{sys.executable} -m distributed.cli.dask_worker" in gpu

@@ -12,7 +12,7 @@ import pytest
 
 from storage.query import open_results
 from sweep.cli import main
-from sweep.report import build_report
+from sweep.report import build_report, table_names
 from tests.store_fixtures import PENDING, FixtureModel, hand_store, write_store
 
 
@@ -116,6 +116,17 @@ def test_csv_is_the_per_layer_rates_table(store, capsys):
     assert len(rows) == 7
     beta = next(r for r in rows if r["model"] == "beta")
     assert (beta["holding"], beta["inputs"], float(beta["rate"])) == ("1", "2", 0.5)
+
+
+def test_csv_writes_every_table_and_names_an_absent_one(store, capsys):
+    """`--table` offers every table, the optional ones too (nulls, heads); a table this store
+    does not have is a one-line error, not an empty file."""
+    assert {"nulls", "heads", "controls"} <= set(table_names())
+    assert main(["report", str(store), "--format", "csv", "--table", "nulls"]) == 0
+    assert capsys.readouterr().out.startswith("model,token_set,null")
+    assert main(["report", str(store), "--format", "csv", "--table", "heads"]) == 2
+    error = capsys.readouterr().err
+    assert error.count("\n") == 1 and "no 'heads' table" in error and "heads: each" in error
 
 
 def test_markdown_has_the_six_sections(store, capsys):

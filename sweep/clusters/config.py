@@ -27,6 +27,10 @@ Kind = Literal["local", "address", "slurm", "kubernetes"]
 Gpus = Literal["auto"] | tuple[int, ...]
 TASK_RESOURCES = ("GPU", "CPU")
 
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")
+"""Set to a worker's thread count in its environment: torch, BLAS and numba (whose default is
+every core of the machine, not of the job) then keep to the cores the worker was given."""
+
 
 class _Spec(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -13,6 +13,7 @@ from typing import Any
 
 from storage.errors import InputError
 from sweep.clusters.config import (
+    THREAD_VARIABLES,
     ClusterConfig,
     KubernetesConfig,
     KubernetesPool,
@@ -55,7 +56,7 @@ def _worker_spec(k8s: KubernetesConfig, pool_name: str, env: dict[str, str]) -> 
         image=k8s.image,
         n_workers=pool.workers,
         resources=_container_resources(pool),
-        env=env,
+        env={**{name: str(pool.threads) for name in THREAD_VARIABLES}, **env},
         worker_command=_worker_command(pool_name, pool),
     )
     if pool.node_selector:

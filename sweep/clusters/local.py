@@ -16,7 +16,7 @@ from distributed import Nanny, Scheduler, SpecCluster, Worker
 from distributed.system import MEMORY_LIMIT
 
 from storage.errors import InputError
-from sweep.clusters.config import ClusterConfig, Gpus, LocalConfig, LocalPool
+from sweep.clusters.config import THREAD_VARIABLES, ClusterConfig, Gpus, LocalConfig, LocalPool
 
 
 def cuda_devices(gpus: Gpus) -> tuple[int, ...]:
@@ -61,7 +61,7 @@ def use_processes(cfg: LocalConfig, pools: dict[str, LocalPool]) -> bool:
     Threads (the `auto` choice for the machine-sized default without CUDA devices) skip each
     worker process's start-up, imports and model load, and the tasks' own thread pools (torch,
     numba, BLAS) still use every core; but a worker crash is the sweep's crash and no per-pool
-    environment (CUDA_VISIBLE_DEVICES, OMP_NUM_THREADS) can apply. Pools with an environment of
+    environment (CUDA_VISIBLE_DEVICES, THREAD_VARIABLES) can apply. Pools with an environment of
     their own and explicit pools run as processes unless `processes: false` says otherwise.
     """
     if cfg.processes == "auto":
@@ -91,7 +91,7 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
             "silence_logs": logging.WARNING,
         }
         if processes:
-            env = {"OMP_NUM_THREADS": str(pool.threads), "MKL_NUM_THREADS": str(pool.threads)}
+            env = {name: str(pool.threads) for name in THREAD_VARIABLES}
             options["env"] = {**env, **pool.env}
         for i in range(pool.workers):
             specs[f"{name}-{i}"] = {

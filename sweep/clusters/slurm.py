@@ -37,7 +37,13 @@ from distributed.core import Status
 from tornado.ioloop import PeriodicCallback
 
 from storage.errors import InputError
-from sweep.clusters.config import ClusterConfig, SlurmConfig, SlurmPool, slurm_resources
+from sweep.clusters.config import (
+    THREAD_VARIABLES,
+    ClusterConfig,
+    SlurmConfig,
+    SlurmPool,
+    slurm_resources,
+)
 
 POOLS = ("gpu", "cpu")
 
@@ -54,7 +60,8 @@ def job_options(slurm: SlurmConfig, pool_name: str) -> dict[str, Any]:
         "account": pool.account,
         "walltime": pool.walltime,
         "job_extra_directives": list(pool.job_extra_directives),
-        "job_script_prologue": list(pool.job_script_prologue),
+        "job_script_prologue": [f"export {name}={pool.cores}" for name in THREAD_VARIABLES]
+        + list(pool.job_script_prologue),  # the pool's own lines last: they may override
         "worker_extra_args": ["--resources", resources],
         "python": slurm.python or sys.executable,
         "local_directory": slurm.local_directory,
