@@ -21,6 +21,10 @@ import functools
 import numpy as np
 from numba import njit, prange
 
+from workers import numba_cache
+
+numba_cache.configure()  # before any kernel below is defined: a cache folder per kernel version
+
 TILE = 4  # rows per side of a register tile: 4 x 4 pairs, 16 float32 accumulators
 SUPER = 64  # rows per side of a cache block of tiles (two 64-row slabs fit in L2)
 U32 = 2.0**-24  # unit roundoff of float32
