@@ -1,6 +1,6 @@
-"""kappa of rollout products screened in float32 (`kappa_only`, `kernel.kappa32_over_matrices`)
-equals the float64 brute-force oracle bit for bit, today's float64 screen and `check`'s kappa,
-including ties; the products reuse per-thread buffers safely."""
+"""kappa of rollout products (`kappa_only`: `pruned.kappa_over_matrices`, handing ties to the
+float32 screen `kernel.kappa_one32`) equals the float64 brute-force oracle bit for bit, the
+float64 screen and `check`'s kappa, including ties; the products reuse per-thread buffers."""
 
 from __future__ import annotations
 

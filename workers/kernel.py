@@ -593,7 +593,8 @@ def kappa_over_matrices(a, tiles, threads):
 
 # --- The whole rollout's kappa, screened in float32 (speed-stage) ---------------------------
 
-CANDIDATES_PER_ROW = 4  # beyond n * this many candidate pairs, `kappa_one32` screens in float64
+CANDIDATES_PER_ROW = 4  # beyond n * this many candidate pairs a kappa screen hands over: the
+# pruned one to `kappa_one32`, `kappa_one32` to the float64 screen of `kappa_one`
 
 
 @njit(cache=True)
@@ -636,20 +637,3 @@ def kappa_one32(a: np.ndarray, tiles: np.ndarray, x32: np.ndarray, out32: np.nda
                 rows_i[c], rows_j[c] = i, j
                 c += 1
     return tv_pairs(a, rows_i, rows_j).max()
-
-
-@njit(parallel=True, cache=True)
-def kappa32_over_matrices(a, tiles, threads):
-    """`kappa_one32` of each (n, n) matrix of a (b, n, n) float64 batch, matrices spread over
-    `threads`, each with its own buffers; (b,) float64, equal to `kappa_over_matrices`."""
-    b, n = a.shape[0], a.shape[1]
-    rows = -(-n // TILE) * TILE
-    out = np.empty(b, dtype=np.float64)
-    for t in prange(threads):
-        x32 = np.zeros((rows, n), dtype=np.float32)  # (padded row, column); padding rows stay 0
-        out32 = np.empty((rows, rows), dtype=np.float32)  # (row i, row j)
-        x64 = np.zeros((rows, n), dtype=np.float64)
-        sums = np.empty((rows, rows), dtype=np.float64)
-        for m in range(t, b, threads):
-            out[m] = kappa_one32(a[m], tiles, x32, out32, x64, sums)
-    return out

@@ -29,6 +29,7 @@ import numpy as np
 from numba import njit, prange
 
 from workers.kernel import (
+    CANDIDATES_PER_ROW,
     TILE,
     U64,
     characterise,
@@ -51,7 +52,6 @@ SCALE = 65280.0  # quantisation scale for rows summing to 1: sum_k q_ik <= 65280
 LANES = 16  # columns are padded with zeros to whole 16-lane vectors
 TILE_ROWS = 6  # a screen tile is 6 x 2 pairs: 12 16-bit accumulators + 8 row vectors
 TILE_COLS = 2
-CANDIDATES_PER_ROW = 4  # kappa alone: beyond n * this many candidates, the float32 screen decides
 
 
 def quantised_shape(n: int) -> tuple[int, int]:
@@ -239,22 +239,31 @@ def kappa_candidates(x, screened, scale, c0, w):
         bj += 1
     low_a = tv_one(x, bi, bj)  # kappa(A) >= low_a: an exact lower bound
     q_a = _limit(c0 - low_a + 2.0 * w * (1.0 + 1e-9) + 1e-15, scale)  # U_ij >= low_a - 2 w
-    n_a = 0
+    a_i, a_j = pairs_at_most(screened, row_min, q_a)
+    return a_i, a_j, row_min
+
+
+@njit(cache=True)
+def pairs_at_most(screened, row_min, limit):
+    """(i, j) int32, row-major, of the pairs i < j whose screened Q_ij <= limit (`row_min`: each
+    row's smallest Q, to skip rows with none)."""
+    n = row_min.shape[0] + 1
+    count = 0
     for i in range(n - 1):
-        if row_min[i] <= q_a:
-            n_a += _row_count(screened[i], i + 1, n, q_a)
-    a_i = np.empty(n_a, dtype=np.int32)
-    a_j = np.empty(n_a, dtype=np.int32)
+        if row_min[i] <= limit:
+            count += _row_count(screened[i], i + 1, n, limit)
+    rows_i = np.empty(count, dtype=np.int32)
+    rows_j = np.empty(count, dtype=np.int32)
     c = 0
     for i in range(n - 1):
-        if row_min[i] > q_a:
+        if row_min[i] > limit:
             continue
         row = screened[i]
         for j in range(i + 1, n):
-            if np.int64(row[j]) <= q_a:
-                a_i[c], a_j[c] = i, j
+            if np.int64(row[j]) <= limit:
+                rows_i[c], rows_j[c] = i, j
                 c += 1
-    return a_i, a_j, row_min
+    return rows_i, rows_j
 
 
 @njit(cache=True)
@@ -294,25 +303,15 @@ def select(x, screened, scale, rmax, tol, window):
     low_m = tv_factor_one(x, mi, mj)  # kappa(M) >= low_m
     # kappa(M) candidates: (1 + U_ij)/2 - s_ij/2 + 2 err >= low_m.
     q_m = _limit(c0 + 1.0 - 2.0 * (low_m - 2.0 * err), scale)
-    n_m = 0
-    for i in range(n - 1):
-        if row_min[i] <= q_m:
-            n_m += _row_count(screened[i], i + 1, n, q_m)
-    m_i = np.empty(n_m, dtype=np.int32)
-    m_j = np.empty(n_m, dtype=np.int32)
+    m_i, m_j = pairs_at_most(screened, row_min, q_m)
     c = 0
-    for i in range(n - 1):
-        if row_min[i] > q_m:
-            continue
-        row = screened[i]
-        for j in range(i + 1, n):
-            qv = np.int64(row[j])
-            if qv > q_m:
-                continue
-            bound = 0.5 * (1.0 + c0 - qv * inv) - 0.5 * self_dominance_gap(x, i, j)
-            if bound + 2.0 * err >= low_m:
-                m_i[c], m_j[c] = i, j
-                c += 1
+    for k in range(m_i.shape[0]):  # of those, the pairs whose bound reaches low_m, in order
+        i, j = m_i[k], m_j[k]
+        bound = 0.5 * (1.0 + c0 - np.int64(screened[i, j]) * inv) - 0.5 * self_dominance_gap(
+            x, i, j)
+        if bound + 2.0 * err >= low_m:
+            m_i[c], m_j[c] = i, j
+            c += 1
     return a_i, a_j, m_i[:c], m_j[:c]
 
 
