@@ -7,12 +7,15 @@ Ctrl-C would raise `SystemExit(None)` (exit 0, no message). `sweep.cli.main` cal
 `sweep.clusters.slurm` after its lazy import of dask_jobqueue): Python's own handler raises
 KeyboardInterrupt, which `main` turns into one line and exit code 130. A process started with
 SIGINT ignored (`nohup`, a background job of a script) keeps ignoring it. `Interrupted` carries
-the one-line summary of what finished.
+the one-line summary of what finished. A KeyboardInterrupt raised inside a callback that cannot
+pass it on (llvmlite's object cache while numba compiles) is remembered and acted on between
+tasks; Python's report of it ("Exception ignored in ...", a traceback) is left out.
 """
 
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 from typing import Any
 
@@ -30,6 +33,17 @@ def _on_sigint(signum: int, frame: Any) -> None:
     callback that swallows exceptions (numba's compiler, ctypes callbacks) is not lost."""
     _received.set()
     signal.default_int_handler(signum, frame)
+
+
+def _quiet_swallowed_interrupt(unraisable: Any) -> None:
+    """sys.unraisablehook: a KeyboardInterrupt that a callback swallowed is already remembered
+    (`_received`), so no traceback; everything else goes to the hook this one replaced."""
+    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _received.is_set():
+        return
+    _quiet_swallowed_interrupt.previous(unraisable)
+
+
+_quiet_swallowed_interrupt.previous = sys.__unraisablehook__
 
 
 def raise_if_interrupted() -> None:
@@ -59,4 +73,7 @@ def restore_sigint() -> None:
         handler = signal.default_int_handler  # SIG_DFL or None: Python's own
     if handler is signal.default_int_handler:
         handler = _on_sigint
+        if sys.unraisablehook is not _quiet_swallowed_interrupt:
+            _quiet_swallowed_interrupt.previous = sys.unraisablehook
+            sys.unraisablehook = _quiet_swallowed_interrupt
     signal.signal(signal.SIGINT, handler)
