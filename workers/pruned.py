@@ -28,6 +28,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from workers.center_bound import centre_kappa
 from workers.kernel import (
     CANDIDATES_PER_ROW,
     TILE,
@@ -52,6 +53,7 @@ SCALE = 65280.0  # quantisation scale for rows summing to 1: sum_k q_ik <= 65280
 LANES = 16  # columns are padded with zeros to whole 16-lane vectors
 TILE_ROWS = 6  # a screen tile is 6 x 2 pairs: 12 16-bit accumulators + 8 row vectors
 TILE_COLS = 2
+CENTRE_RETRY = 3  # after the centre bound fails, try it again only on every third matrix
 
 
 def quantised_shape(n: int) -> tuple[int, int]:
@@ -319,10 +321,13 @@ def select(x, screened, scale, rmax, tol, window):
 def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
     """The oracle's kappa of each matrix of a trusted float64 (b, n, n) batch (rows nonnegative,
     summing to about 1: rollout products), bit for bit, matrices spread over the threads of the
-    `buffers` qs, screens; (b,) float64. The 16-bit screen and exact pruning first; where more
-    than CANDIDATES_PER_ROW * n pairs survive (a nearly rank-one product, kappa small against
-    the screen's resolution of about n / 65280), `kernel.kappa_one32` (a float32 screen with a
-    relative error bound, then float64) decides instead. `tiles`: `kernel.tile_order(n)`."""
+    `buffers` qs, screens; (b,) float64. The centre bound first (`workers.center_bound`: rows
+    crowding around a common part, as in a deep rollout, in O(n^2); after it fails, tried again
+    on every CENTRE_RETRY-th matrix only); where it leaves more than CANDIDATES_PER_ROW * n
+    pairs, the 16-bit screen and exact pruning; where those leave more
+    than that (a nearly rank-one product, kappa small against the screen's resolution of about
+    n / 65280), `kernel.kappa_one32` (a float32 screen with a relative error bound, then
+    float64) decides. `tiles`: `kernel.tile_order(n)`."""
     b, n = a.shape[0], a.shape[1]
     threads = qs.shape[0]
     rows = -(-n // TILE) * TILE
@@ -335,10 +340,17 @@ def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
         sums = np.empty((rows, rows), dtype=np.float64)
         x32[n:] = 0.0
         x64[n:] = 0.0
+        centred = True  # the centre bound decided this thread's last attempt
         for m in range(t, b, threads):
             if n < 2:
                 continue
             x = a[m]
+            if centred or (m // threads) % CENTRE_RETRY == 0:
+                value = centre_kappa(x, CANDIDATES_PER_ROW * n)
+                centred = value >= 0.0
+                if centred:
+                    out[m] = value
+                    continue
             rmax = trusted_rmax(x)
             scale = scale_for(rmax)
             quantise_matrix(x, qs[t], scale)
