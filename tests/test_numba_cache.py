@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -32,6 +33,13 @@ def test_a_change_in_any_cached_module_gives_a_new_folder(tmp_path, monkeypatch)
         after = numba_cache.cache_dir(package)
         assert after != before
         before = after
+
+
+def test_every_module_with_cached_kernels_is_in_the_digest():
+    package = Path(numba_cache.__file__).parent
+    cached = sorted(path.name for path in package.glob("*.py")
+                    if re.search(r"@njit\([^)]*cache=True", path.read_text()))
+    assert cached == sorted(numba_cache.NUMBA_MODULES)
 
 
 def test_compiled_kernels_land_in_the_versioned_folder():

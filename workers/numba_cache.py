@@ -15,7 +15,9 @@ from pathlib import Path
 
 import numba
 
-NUMBA_MODULES = ("kernel.py", "pruned.py", "readings.py", "restrict_kernel.py")
+NUMBA_MODULES = (
+    "center_bound.py", "kernel.py", "pruned.py", "readings.py", "restrict_kernel.py",
+)
 """The modules whose numba functions are cached on disk (`cache=True`); they call one another."""
 
 
