@@ -29,7 +29,6 @@ import numpy as np
 import torch
 
 from storage.store import (
-    StoredAttention,
     create_root,
     ensure_model,
     open_model,
@@ -39,7 +38,7 @@ from storage.store import (
 from sweep.plan import TestTask
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
 from workers.scratch import scratch
-from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test
+from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test, shard_attention
 from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 TOKEN_SETS = ("all", "content")
@@ -141,7 +140,7 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
     def read() -> None:  # as run_test reads: one input's attention at a time
         group["n_tokens"][:]
         group["token_kind"][:]
-        attention = StoredAttention(group, 0, case.attention.shape[0])
+        attention = shard_attention(group, 0, case.attention.shape[0])
         for i in range(case.attention.shape[0]):
             attention[i]
 

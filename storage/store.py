@@ -19,13 +19,14 @@ metadata documents, so readers lose little by reading them directly.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import zarr
+from zarr.core.buffer import default_buffer_prototype
 
 from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
@@ -297,12 +298,23 @@ def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> Non
     array[start:start + len(attention)] = attention
 
 
-def read_attention(group: zarr.Group, start: int, stop: int) -> np.ndarray:
+def read_attention(group: zarr.Group, start: int, stop: int,
+                   out: np.ndarray | None = None) -> np.ndarray:
     """The padded attention (input, layer, head, query, key) of inputs start..stop; one `mean`
-    head for a model group from before the head dimension."""
+    head for a model group from before the head dimension. `out`: a C-contiguous float32 array
+    of that shape to read into (and return), instead of a fresh one."""
     array = group["attention"]
-    attention = array[start:stop]
-    return attention[:, :, None] if _legacy(array, LEGACY_ATTENTION_DIMS) else attention
+    if _legacy(array, LEGACY_ATTENTION_DIMS):
+        attention = array[start:stop][:, :, None]
+        if out is None:
+            return attention
+        out[...] = attention
+        return out
+    if out is None:
+        return array[start:stop]
+    array.get_basic_selection(slice(start, stop),
+                              out=default_buffer_prototype().nd_buffer.from_numpy_array(out))
+    return out
 
 
 READ_BLOCK_BYTES = 64 << 20  # StoredAttention reads this much attention per store read, at most
@@ -313,10 +325,15 @@ READ_BLOCK_BYTES = 64 << 20  # StoredAttention reads this much attention per sto
 class StoredAttention:
     """A shard's attention in the store, read in blocks of inputs of at most READ_BLOCK_BYTES as
     they are asked for in order: `[i]` is input start + i's padded (layer, head, query, key)
-    stack (`read_attention`); `shape` is the shard's. Memory: one block, not the shard."""
+    stack (`read_attention`), valid until the next block is read; `shape` is the shard's.
+    Memory: one block, not the shard. `buffer(shape)`: where to read a block (a float32 array
+    of that shape, e.g. one reused across tasks: a fresh 60 MB array costs page faults that
+    rival the read); default a fresh array per block."""
 
-    def __init__(self, group: zarr.Group, start: int, stop: int) -> None:
+    def __init__(self, group: zarr.Group, start: int, stop: int,
+                 buffer: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
         self.group, self.start, self.stop = group, start, stop
+        self._buffer = buffer
         array = group["attention"]
         heads = 1 if _legacy(array, LEGACY_ATTENTION_DIMS) else array.shape[2]
         self.shape = (stop - start, array.shape[1], heads, *array.shape[-2:])
@@ -331,7 +348,8 @@ class StoredAttention:
             self._values = None  # drop the last block before reading the next
             last = min(i + self.block, self.shape[0])
             self._first = i
-            self._values = read_attention(self.group, self.start + i, self.start + last)
+            out = None if self._buffer is None else self._buffer((last - i, *self.shape[1:]))
+            self._values = read_attention(self.group, self.start + i, self.start + last, out)
         return self._values[i - self._first]
 
 

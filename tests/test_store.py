@@ -103,6 +103,28 @@ def test_stored_attention_reads_a_shard_in_blocks_of_inputs(tmp_path, monkeypatc
         shard[10]
 
 
+def test_stored_attention_reads_each_block_into_the_given_buffer(tmp_path, monkeypatch):
+    """With a buffer, every block lands in the memory it returns (reused across blocks and
+    tasks), with the values a fresh read gives."""
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    values = np.random.default_rng(3).random((10, 3, 1, 5, 5)).astype(np.float32)
+    group["attention"][:] = values
+    monkeypatch.setattr(store_module, "READ_BLOCK_BYTES", 4 * 3 * 25 * 4)  # 4 inputs a block
+    memory = np.full(4 * 3 * 25, np.nan, dtype=np.float32)
+    shapes = []
+
+    def buffer(shape):
+        shapes.append(shape)
+        return memory[: int(np.prod(shape))].reshape(shape)
+
+    shard = store_module.StoredAttention(group, 0, 10, buffer=buffer)
+    for i in range(10):
+        block = shard[i]
+        assert np.shares_memory(block, memory) and np.array_equal(block, values[i])
+    assert shapes == [(4, 3, 1, 5, 5), (4, 3, 1, 5, 5), (2, 3, 1, 5, 5)]
+
+
 def test_stores_with_compressed_attention_still_read(tmp_path):
     """Stores written before attention was stored raw keep their zstd chunks, readable as ever."""
     group = zarr.open_group(tmp_path / "old.zarr", mode="w")

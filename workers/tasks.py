@@ -236,13 +236,20 @@ def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray
     return results
 
 
+def shard_attention(group: zarr.Group, start: int, stop: int) -> StoredAttention:
+    """Inputs start..stop's stored attention as a test task reads it: in blocks, into this
+    thread's reused buffer (`workers.scratch`)."""
+    return StoredAttention(group, start, stop,
+                           buffer=lambda shape: scratch("attention-block", shape, np.float32))
+
+
 def run_test(task: TestTask) -> int:
     """Test the shard's attention (read back one input at a time) for every token set, write
     results + marker."""
     group = open_model(task.store, task.model, mode="r+")
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
-    attention = StoredAttention(group, task.start, task.stop)  # (input, layer, head, q, k)
+    attention = shard_attention(group, task.start, task.stop)  # (input, layer, head, q, k)
     write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                     task.token_sets, task.tol, task.rollout))
     files = shard_chunks(group[RESULTS_GROUP], tuple(RESULT_VARS), task.shard, task.start,
