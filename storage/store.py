@@ -360,8 +360,9 @@ def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarra
         raise ValueError(f"results must hold exactly {sorted(RESULT_VARS)}; differs: {unknown}")
     stop = start + len(next(iter(results.values())))
     _shard_bounds(group, start, stop)
+    arrays = dict(group[RESULTS_GROUP].arrays())  # the group opened once, members read together
     for name, values in results.items():
-        array = group[RESULTS_GROUP][name]
+        array = arrays[name]
         if _legacy(array, LEGACY_RESULT_DIMS):
             values = _one_head(values, f"{array.path}")
         array[start:stop] = values
