@@ -51,14 +51,15 @@ CONSTANTS: dict[str, Constant] = {
         "same run, part 'rollout products' (DINOv2-L-reg: 1.1e-10)",
     ),
     "ROLLOUT_KAPPA_S": Constant(
-        4.5e-11, "CPU-s per pair-element (T^3/2) of kappa of one rollout product",
-        "same run, part 'rollout kappa' (DINOv2-L-reg: 9.6e-11: its deep products are nearly "
-        "rank one, and more of them take the float32 screen)",
+        3.5e-11, "CPU-s per pair-element (T^3/2) of kappa of one rollout product",
+        "the same bench, 1 thread, re-run 2026-11-30 at 9c11c5e (mean of two runs), part "
+        "'rollout kappa' (DINOv2-L-reg: 4.6e-11; both after the centre bound)",
     ),
     "RESTRICT_IO_S": Constant(
-        9.6e-9, "CPU-s per attention element (T^2 per layer and token set): read, "
+        6.7e-9, "CPU-s per attention element (T^2 per layer and token set): read, "
         "restriction, write",
-        "same run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 7.1e-9)",
+        "that re-run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 4.0e-9; after the "
+        "reused read buffer)",
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",

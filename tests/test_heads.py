@@ -257,3 +257,16 @@ def test_sweep_extract_keeps_every_head_with_heads_each(tmp_path):
     assert main(["extract", "tiny-vit", "sklearn:sample_images", "--limit", "1", "--heads",
                  "each", "--out", str(out)]) == 0
     assert np.load(out)["attention_0"].shape == (2, 4, 17, 17)  # (layer, head, query, key)
+
+
+def test_sweep_plan_shows_the_heads_each_model_keeps(tmp_path, capsys):
+    config = tmp_path / "sweep.yaml"
+    config.write_text(SWEEP + "  avg: {source: tiny-vit, dataset: photos}\n"
+                      "  each: {source: tiny-vit, dataset: photos, options: {heads: each}}\n")
+    assert main(["plan", str(config)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line.split() for line in lines if line.startswith("model "))
+    rows = {line.split()[0]: line.split() for line in lines if line.split()[:1] in (["avg"],
+                                                                                   ["each"])}
+    column = header.index("heads")
+    assert rows["avg"][column] == "1" and rows["each"][column] == "4"

@@ -118,7 +118,7 @@ def test_models_without_facts_are_left_out_and_reported():
     lines = describe(plan, {"ft": "InputError: no data"})
     assert lines[-1] == "model ft: cannot be sized here: InputError: no data"
     row = next(line for line in lines if line.startswith("vit "))
-    assert row.split()[:7] == ["vit", "photos", "10", "3", "2", "17", "6"]
+    assert row.split()[:8] == ["vit", "photos", "10", "3", "2", "1", "17", "6"]
 
 
 @pytest.mark.parametrize("shard_size", [1, 3, 10, 11])

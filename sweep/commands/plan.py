@@ -59,7 +59,8 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
              + (" (exists: resumes)" if (plan.config.store / "zarr.json").exists() else
                 " (new)")]
     header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
-              f"{'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} {'test work':>11}")
+              f"{'heads':>5} {'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} "
+              f"{'test work':>11}")
     lines += ["", header]
     total_bytes = total_work = total_tasks = 0
     for model in plan.models:
@@ -71,7 +72,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         total_tasks += len(tasks)
         lines.append(
             f"{model.name:<24} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
-            f"{model.n_layers:>6} {model.t_max:>6} {len(tasks):>6} {done:>5} "
+            f"{model.n_layers:>6} {model.n_heads:>5} {model.t_max:>6} {len(tasks):>6} {done:>5} "
             f"{human_bytes(model.attention_bytes):>11} {model.work:>11.3g}"
         )
     if plan.baseline is not None:
