@@ -107,7 +107,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
     out, err = capsys.readouterr()
     row = next(line for line in out.splitlines() if line.startswith("ft "))
     # inputs shards L T tasks (+prepare); 2 blocks, the last one left out (last_block: skip)
-    assert row.split()[2:7] == ["5", "2", "1", "14", "5"]
+    assert row.split()[2:8] == ["5", "2", "1", "1", "14", "5"]
     assert "planning ft: 5 inputs, 14 tokens, 1 layers" in err.splitlines()
     assert "planning tiny-roberta: 6 inputs, " in err
     assert not (tmp_path / "cache").exists() and not (tmp_path / "sweep.zarr").exists()

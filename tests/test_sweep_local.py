@@ -263,7 +263,8 @@ def test_status_and_plan_commands_on_a_finished_store(swept, capsys):
     out = capsys.readouterr().out
     assert "(exists: resumes)" in out
     row = next(line for line in out.splitlines() if line.startswith("vit "))
-    assert row.split()[2:8] == ["6", "2", "2", "18", "4", "4"]  # inputs shards L T tasks done
+    # inputs, shards, layers, heads, T_max, tasks, done
+    assert row.split()[2:9] == ["6", "2", "2", "1", "18", "4", "4"]
 
 
 def test_status_lists_a_failed_task_with_its_error(tmp_path, capsys, monkeypatch):
