@@ -560,20 +560,34 @@ def kappa_one(a: np.ndarray, tiles: np.ndarray, x: np.ndarray, sums: np.ndarray)
             t_max = max(t_max, sums[i, j])
     g = 1.01 * (n + 1) * U64
     floor = t_max * (1.0 - 5.0 * g) - 2.0**-1000  # 5 g > 4 g: room for this line's rounding
+    rows_i, rows_j = pairs_at_least(sums, n, floor, count_at_least(sums, n, floor))
+    return tv_pairs(a, rows_i, rows_j).max()
+
+
+@njit(cache=True)
+def count_at_least(values: np.ndarray, n: int, floor: float) -> int:
+    """How many pairs i < j < n have float64(values[i, j]) >= floor."""
     count = 0
     for i in range(n):
         for j in range(i + 1, n):
-            if sums[i, j] >= floor:
+            if np.float64(values[i, j]) >= floor:
                 count += 1
+    return count
+
+
+@njit(cache=True)
+def pairs_at_least(values: np.ndarray, n: int, floor: float, count: int):
+    """(i, j) int64, row-major, of the `count` (`count_at_least`) pairs i < j < n with
+    float64(values[i, j]) >= floor."""
     rows_i = np.empty(count, dtype=np.int64)
     rows_j = np.empty(count, dtype=np.int64)
     c = 0
     for i in range(n):
         for j in range(i + 1, n):
-            if sums[i, j] >= floor:
+            if np.float64(values[i, j]) >= floor:
                 rows_i[c], rows_j[c] = i, j
                 c += 1
-    return tv_pairs(a, rows_i, rows_j).max()
+    return rows_i, rows_j
 
 
 @njit(parallel=True, cache=True)
@@ -621,19 +635,8 @@ def kappa_one32(a: np.ndarray, tiles: np.ndarray, x32: np.ndarray, out32: np.nda
         for j in range(i + 1, n):
             kmax = max(kmax, out32[i, j])
     floor = np.float64(kmax) - 2.0 * screen_error(a)
-    count = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            if np.float64(out32[i, j]) >= floor:
-                count += 1
+    count = count_at_least(out32, n, floor)
     if count > CANDIDATES_PER_ROW * n:
         return kappa_one(a, tiles, x64, sums)
-    rows_i = np.empty(count, dtype=np.int64)
-    rows_j = np.empty(count, dtype=np.int64)
-    c = 0
-    for i in range(n):
-        for j in range(i + 1, n):
-            if np.float64(out32[i, j]) >= floor:
-                rows_i[c], rows_j[c] = i, j
-                c += 1
+    rows_i, rows_j = pairs_at_least(out32, n, floor, count)
     return tv_pairs(a, rows_i, rows_j).max()
