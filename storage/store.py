@@ -18,8 +18,9 @@ metadata documents, so readers lose little by reading them directly.
 
 from __future__ import annotations
 
+import asyncio
 import shutil
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.sync import sync
 
 from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
@@ -303,7 +305,12 @@ def read_attention(group: zarr.Group, start: int, stop: int,
     """The padded attention (input, layer, head, query, key) of inputs start..stop; one `mean`
     head for a model group from before the head dimension. `out`: a C-contiguous float32 array
     of that shape to read into (and return), instead of a fresh one."""
-    array = group["attention"]
+    return _read_attention(group["attention"], start, stop, out)
+
+
+def _read_attention(array: zarr.Array, start: int, stop: int,
+                    out: np.ndarray | None) -> np.ndarray:
+    """`read_attention` from the attention array already open."""
     if _legacy(array, LEGACY_ATTENTION_DIMS):
         attention = array[start:stop][:, :, None]
         if out is None:
@@ -332,9 +339,9 @@ class StoredAttention:
 
     def __init__(self, group: zarr.Group, start: int, stop: int,
                  buffer: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
-        self.group, self.start, self.stop = group, start, stop
+        self.start, self.stop = start, stop
         self._buffer = buffer
-        array = group["attention"]
+        self._array = array = group["attention"]  # opened once: its metadata read once
         heads = 1 if _legacy(array, LEGACY_ATTENTION_DIMS) else array.shape[2]
         self.shape = (stop - start, array.shape[1], heads, *array.shape[-2:])
         per_input = 4 * int(np.prod(self.shape[1:]))
@@ -349,23 +356,39 @@ class StoredAttention:
             last = min(i + self.block, self.shape[0])
             self._first = i
             out = None if self._buffer is None else self._buffer((last - i, *self.shape[1:]))
-            self._values = read_attention(self.group, self.start + i, self.start + last, out)
+            self._values = _read_attention(self._array, self.start + i, self.start + last, out)
         return self._values[i - self._first]
 
 
-def write_results(group: zarr.Group, start: int, results: Mapping[str, np.ndarray]) -> None:
-    """Write one whole shard's result variables, each (n, layer, head, token_set)."""
+def write_results(group: zarr.Group, start: int,
+                  results: Mapping[str, np.ndarray]) -> dict[str, zarr.Array]:
+    """Write one whole shard's result variables, each (n, layer, head, token_set), all at once
+    (zarr's writes of the variables run concurrently); returns the results arrays by name."""
     unknown = set(results) ^ set(RESULT_VARS)
     if unknown:
         raise ValueError(f"results must hold exactly {sorted(RESULT_VARS)}; differs: {unknown}")
     stop = start + len(next(iter(results.values())))
     _shard_bounds(group, start, stop)
     arrays = dict(group[RESULTS_GROUP].arrays())  # the group opened once, members read together
+    writes = []
     for name, values in results.items():
         array = arrays[name]
         if _legacy(array, LEGACY_RESULT_DIMS):
             values = _one_head(values, f"{array.path}")
-        array[start:stop] = values
+        writes.append(array.async_array.setitem(slice(start, stop), values))
+    _run_together(writes)
+    return arrays
+
+
+async def _gather(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
+    await asyncio.gather(*coroutines)
+
+
+def _run_together(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
+    """Run zarr coroutines concurrently on zarr's own event loop, as its synchronous API runs
+    one (`zarr.core.sync.sync`): 17 small chunk writes cost about a third less CPU together
+    than one after another."""
+    sync(_gather(coroutines))
 
 
 def write_baseline(store: str | Path, size_index: int, chunk: int, holding: int,

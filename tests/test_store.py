@@ -92,8 +92,8 @@ def test_stored_attention_reads_a_shard_in_blocks_of_inputs(tmp_path, monkeypatc
     group["attention"][:] = values
     calls = []
     monkeypatch.setattr(store_module, "READ_BLOCK_BYTES", block_bytes)
-    real = store_module.read_attention
-    monkeypatch.setattr(store_module, "read_attention",
+    real = store_module._read_attention  # counts the store reads
+    monkeypatch.setattr(store_module, "_read_attention",
                         lambda *args: calls.append(args[1:]) or real(*args))
     shard = store_module.StoredAttention(group, 0, 10)
     assert shard.shape == (10, 3, 1, 5, 5)
@@ -172,6 +172,24 @@ def test_shard_writes_must_cover_one_whole_shard(tmp_path):
     results = {name: np.zeros((3, 3, 1, 2), var.dtype) for name, var in RESULT_VARS.items()}
     with pytest.raises(ValueError, match="whole shard"):
         write_results(group, 0, results)
+
+
+def test_write_results_writes_every_variable_of_its_shard_and_no_other(tmp_path):
+    """The variables are written together (concurrently); each lands in its own shard's rows
+    only, and the arrays come back by name (their chunk paths vouch for the shard)."""
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    rng = np.random.default_rng(5)
+    results = {name: (rng.random((4, 3, 1, 2)) * 100).astype(var.dtype)
+               for name, var in RESULT_VARS.items()}
+    arrays = write_results(group, 4, results)
+    assert set(arrays) == set(RESULT_VARS)
+    for name, var in RESULT_VARS.items():
+        stored = group["results"][name][:]
+        assert arrays[name].path == group["results"][name].path
+        assert np.array_equal(stored[4:8], results[name]), name
+        untouched = np.concatenate([stored[:4], stored[8:]])
+        assert np.array_equal(untouched, np.full_like(untouched, var.fill), equal_nan=True), name
 
 
 def test_baseline_group_and_cell_writes(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -99,12 +100,13 @@ def fresh_digests(task: ExtractTask) -> tuple[Dataset, tuple[str, ...]]:
     return dataset, digests
 
 
-def shard_chunks(group: zarr.Group, names: tuple[str, ...], shard: int, start: int,
-                 stop: int) -> list[str]:
-    """Chunk files of one shard: per-shard chunks of `names`, one attention chunk per input."""
+def shard_chunks(owner: zarr.Group | Mapping[str, zarr.Array], names: tuple[str, ...],
+                 shard: int, start: int, stop: int) -> list[str]:
+    """Chunk files of one shard: per-shard chunks of `names`, one attention chunk per input.
+    `owner`: the group holding the arrays, or the arrays already open, by name."""
     files = []
     for name in names:
-        array = group[name]
+        array = owner[name]
         if name == "attention":
             coords = [(i,) + (0,) * (array.ndim - 1) for i in range(start, stop)]
         else:
@@ -250,10 +252,10 @@ def run_test(task: TestTask) -> int:
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
     attention = shard_attention(group, task.start, task.stop)  # (input, layer, head, q, k)
-    write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
-                                                    task.token_sets, task.tol, task.rollout))
-    files = shard_chunks(group[RESULTS_GROUP], tuple(RESULT_VARS), task.shard, task.start,
-                         task.stop)
+    arrays = write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
+                                                             task.token_sets, task.tol,
+                                                             task.rollout))
+    files = shard_chunks(arrays, tuple(RESULT_VARS), task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
     return task.stop - task.start
 
