@@ -1,7 +1,8 @@
 """The test stage as a sweep's test task runs it, per input, against torch.cdist(p=1).
 
 For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px and DINOv2 518 px sizes;
-real `minilm-l6` attention of a few pydoc:topics paragraphs) the shard's attention is written to
+real `minilm-l6` attention of a few pydoc:topics paragraphs; `tiny`, T = 8, where what the stage
+spends per input regardless of size shows) the shard's attention is written to
 a Zarr store the way the sweep writes it (`storage.store`), then `workers.tasks.run_test` reads it
 back, tests both token sets with the rollout and writes the results. Reported per input: wall
 ms and CPU ms (process time: every thread of this process) of the whole task, the share of each
@@ -33,6 +34,7 @@ from storage.store import (
     ensure_model,
     open_model,
     write_attention,
+    write_results,
     write_tokens,
 )
 from sweep.plan import TestTask
@@ -97,6 +99,7 @@ CASES: dict[str, Callable[[int], Case]] = {
     "dinov2-518": lambda n: synthetic("DINOv2 518 (T=1370, 12 layers)", max(1, n // 8), 12, 1370,
                                       0),
     "minilm": minilm,
+    "tiny": lambda n: synthetic("tiny (T=8, 12 layers: the fixed cost per input)", n, 12, 8, 0),
 }
 
 
@@ -145,8 +148,7 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
             attention[i]
 
     def write() -> None:
-        for name, values in results.items():
-            group["results"][name][:] = values
+        write_results(group, 0, results)
 
     parts = {
         "read": read,

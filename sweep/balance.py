@@ -3,12 +3,17 @@ constants, and how many CPU workers per GPU keep pace with extraction.
 
 Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan's sizes:
 
-- test stage, CPU-seconds per input = sum over token sets and layers of
+- test stage, CPU-seconds per input = SHARD_S / shard_size (what a shard costs whatever its
+  inputs: the store opened, the results written, checksums, marker) + sum over kept heads (1 for
+  `heads: mean`) and token sets of STACK_S (what one stack costs regardless of T: its read,
+  result cells, calls) + sum over layers of
   CHECK_S * T^3 / 2 (the pairwise kernel) + RESTRICT_IO_S * T^2 (read, restriction, write)
   + the rollout: PRODUCTS_S * T^3 / 2 per product (layers - 1 of them unless `rollout: off`)
   and ROLLOUT_KAPPA_S * T^3 / 2 per layer whose kappa is computed (every: L, last: 1, off: 0);
   T^3 is the mean over the plan's inputs of their token count cubed (`ModelPlan.cube_sum`),
-  T^2 its 2/3 power. The content token set is costed at the whole T (an upper bound).
+  T^2 its 2/3 power. The content token set is costed at the whole T (an upper bound). The size
+  constants were measured on parts that include their calls' fixed cost, which STACK_S counts
+  again: small stacks are costed a little high.
 - extraction, seconds per input = layers x tokens x a per-(layer, token) constant: GPU_LAYER_TOKEN_S
   on a CUDA GPU, CPU_LAYER_TOKEN_S (CPU-seconds) where extraction runs on CPU workers. Widths
   differ between models (MiniLM 384, ViT-B 768, ViT-L 1024); the constants are ViT-B's.
@@ -39,6 +44,20 @@ class Constant:
 
 
 CONSTANTS: dict[str, Constant] = {
+    "SHARD_S": Constant(
+        5.5e-2, "CPU-s per shard of the test stage, whatever its inputs (opening the store, "
+        "token counts, the 17 result variables' write, checksums, marker)",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py --cases tiny "
+        "(T = 8, 12 layers) at --inputs 32 (3.39 and 3.48 CPU ms per input, two runs) and "
+        "--inputs 256 (1.93): the difference per input is SHARD_S x (1/32 - 1/256); ffa1ef2, "
+        "2-core AMD EPYC, 2026-12-01",
+    ),
+    "STACK_S": Constant(
+        8.6e-4, "CPU-s per (input, head, token set) stack, whatever its size (its attention "
+        "chunk's read, result cells, Python and kernel calls)",
+        "that run: (1.93 ms - SHARD_S / 256) / 2 token sets, at T = 8 where the size terms "
+        "below are negligible",
+    ),
     "CHECK_S": Constant(
         4.1e-11, "CPU-s per pair-element (T^3/2 per matrix) of `check`",
         "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py --cases "
@@ -91,7 +110,8 @@ def stage_cpu_seconds(model: ModelPlan) -> float:
     if model.rollout != "off":
         kappas = layers if model.rollout == "every" else 1
         per_set += (layers - 1) * _c("PRODUCTS_S") * pairs + kappas * _c("ROLLOUT_KAPPA_S") * pairs
-    return len(model.token_sets) * per_set
+    stacks = model.n_heads * len(model.token_sets)
+    return _c("SHARD_S") / max(model.shard_size, 1) + stacks * (_c("STACK_S") + per_set)
 
 
 def extract_seconds(model: ModelPlan, gpu: bool) -> float:

@@ -51,7 +51,38 @@ def test_test_seconds_grow_with_size_and_shrink_with_less_rollout():
     every, last, off = (plan_of(rollout=mode).models[0] for mode in ("every", "last", "off"))
     assert stage_cpu_seconds(every) > stage_cpu_seconds(last) > stage_cpu_seconds(off) > 0
     one_set = plan_of(token_sets=["all"]).models[0]
-    assert stage_cpu_seconds(every) == pytest.approx(2 * stage_cpu_seconds(one_set))
+    assert per_stack(every) == pytest.approx(2 * per_stack(one_set))
+
+
+def per_stack(model) -> float:
+    """The model's test CPU-seconds per input without the shard's share."""
+    return stage_cpu_seconds(model) - CONSTANTS["SHARD_S"].seconds / model.shard_size
+
+
+def test_larger_shards_share_out_the_cost_of_a_shard():
+    small, large = (plan_of(shard_size=size).models[0] for size in (8, 256))
+    assert small.shard_size == 8 and large.shard_size == 256
+    assert stage_cpu_seconds(small) - stage_cpu_seconds(large) == pytest.approx(
+        CONSTANTS["SHARD_S"].seconds * (1 / 8 - 1 / 256))
+
+
+def test_every_kept_head_is_a_stack_to_test():
+    """`heads: each` tests each head's maps: H stacks per token set where `mean` tests one."""
+    facts = {**FACTS, "vit-b": ModelFacts.from_counts(FACTS["vit-b"].input_ids, 12, (197,) * 100,
+                                                      n_heads=12)}
+    config = parse_config({**CONFIG, "models": {
+        "vit-b": {"source": "tiny-vit", "dataset": "photos", "options": {"heads": "each"}},
+        "dino-l": CONFIG["models"]["dino-l"]}})
+    each = build_plan(config, facts).models[0]
+    assert each.n_heads == 12
+    assert per_stack(each) == pytest.approx(12 * per_stack(plan_of().models[0]))
+
+
+def test_a_stack_costs_something_however_few_its_tokens():
+    """Small stacks are dominated by the fixed cost per stack (STACK_S), not by T^3."""
+    tiny = {**FACTS, "vit-b": ModelFacts.from_counts(FACTS["vit-b"].input_ids, 6, (3,) * 100)}
+    model = build_plan(parse_config(CONFIG), tiny).models[0]
+    assert stage_cpu_seconds(model) > 2 * CONSTANTS["STACK_S"].seconds
 
 
 def test_extraction_on_a_gpu_is_cheaper_than_on_cpu_workers():
