@@ -4,6 +4,7 @@ float64 screen and `check`'s kappa, including ties; the products reuse per-threa
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 import numpy as np
@@ -115,3 +116,35 @@ def test_scratch_reuses_memory_until_it_is_too_large():
     assert np.shares_memory(small, again) and again.shape == (2, 3)
     big = (scratch.REUSE_MAX_BYTES // 8 + 1,)
     assert not np.shares_memory(scratch.scratch("test-big", big), scratch.scratch("test-big", big))
+
+
+def test_rollout_products_run_on_one_blas_thread_and_leave_the_setting_as_it_was(monkeypatch):
+    """The products run with every BLAS library on one thread (OpenBLAS's results depend on its
+    thread count); where BLAS already runs on one thread nothing is changed or restored."""
+    import threadpoolctl
+
+    from workers import equality
+
+    seen = []
+    real = np.matmul
+
+    def matmul(*args, **kwargs):
+        seen.append(blas_threads())
+        return real(*args, **kwargs)
+
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    monkeypatch.setattr(equality.np, "matmul", matmul)
+    layers = stochastic(np.random.default_rng(4), 3, 9)
+    with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+        if blas_threads() != {2}:
+            pytest.skip("this BLAS does not take a thread count of 2")
+        rollout_products(layers)
+        assert blas_threads() == {2}
+    assert seen == [{1}, {1}]
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        assert isinstance(equality._one_blas_thread(), contextlib.nullcontext)
+        rollout_products(layers)
+    assert seen[2:] == [{1}, {1}]
