@@ -304,7 +304,8 @@ def _blas_controller() -> threadpoolctl.ThreadpoolController:
 def _one_blas_thread() -> contextlib.AbstractContextManager:
     """A context in which BLAS runs on one thread: nothing to change where every BLAS library
     already does (a Dask worker's, whose nanny sets OPENBLAS_NUM_THREADS=1), which saves
-    threadpoolctl's query and restore (tens of microseconds per call); hold _BLAS_LOCK."""
+    threadpoolctl's query and restore (about 60 µs of a 139 µs call on a tiny stack); hold
+    _BLAS_LOCK."""
     blas = [lib for lib in _blas_controller().lib_controllers if lib.user_api == "blas"]
     if all(lib.num_threads == 1 for lib in blas):
         return contextlib.nullcontext()
