@@ -247,6 +247,47 @@ def test_attaining_kind_equals_the_classes_of_every_attaining_pair():
     assert {AttainingKind.CONTENT_ONLY, AttainingKind.MIXED} < seen and len(seen) >= 4
 
 
+def brute_kappa_and_special(a: np.ndarray, kinds: np.ndarray, tol: float) -> tuple[float, bool]:
+    """The oracle's kappa, and whether every pair within tol of it has a special token."""
+    def tv(i, j):
+        s = 0.0
+        for k in range(a.shape[1]):
+            s += abs(a[i, k] - a[j, k])
+        return 0.5 * s
+
+    values = {p: tv(*p) for p in itertools.combinations(range(a.shape[0]), 2)}
+    kappa = max(values.values())
+    content_attains = any(kappa - v <= tol and kinds[i] == CONTENT and kinds[j] == CONTENT
+                          for (i, j), v in values.items())
+    return kappa, not content_attains
+
+
+@pytest.mark.parametrize("tol", [0.0, 1e-12, 1e-3])
+def test_attaining_kind_is_the_oracles_when_special_pairs_tie_kappa_to_the_last_bit(tol):
+    """A special row copied from a row of the attaining pair, nudged by an ulp or not at all,
+    ties kappa or misses it by an ulp: the screen that skips pairs far below kappa must leave
+    every such pair to the oracle's sum."""
+    rng = np.random.default_rng(11)
+    for trial in range(12):
+        n = int(rng.integers(20, 48))
+        a = random_attention(rng, n).astype(np.float64)
+        a /= a.sum(axis=1, keepdims=True)
+        kinds = np.full(n, CONTENT, np.int8)
+        specials = rng.choice(n, size=3, replace=False)
+        kinds[specials] = rng.choice([CLS, TokenKind.REGISTER, SEP], size=3)
+        kappa, _ = brute_kappa_and_special(a, kinds, 0.0)
+        i, j = next(p for p in itertools.combinations(range(n), 2)
+                    if 0.5 * sum(abs(a[p[0]] - a[p[1]])) >= kappa - 1e-9)
+        s = next(t for t in specials if t not in (i, j))
+        a[s] = a[j]
+        if trial % 3:
+            k = int(rng.integers(n))
+            a[s, k] = np.nextafter(a[s, k], 1.0 if trial % 3 == 1 else 0.0)
+        kappa, special = brute_kappa_and_special(a, kinds, tol)
+        got = attaining_kinds(a[None], kinds, np.array([kappa]), np.array([special]), tol)
+        assert got[0] == brute_kind(a, kinds, tol), (trial, tol)
+
+
 def test_attaining_kinds_needs_real_token_kinds():
     with pytest.raises(ValueError, match="real tokens"):
         attaining_kinds(np.eye(2)[None], np.array([0, -1]), np.ones(1), np.zeros(1, bool), 0.0)
