@@ -39,6 +39,7 @@ from storage.store import (
 )
 from sweep.plan import TestTask
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.readings import attaining_kinds
 from workers.scratch import scratch
 from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test, shard_attention
 from workers.token_kinds import TokenKind, keep_mask, special_mask
@@ -136,6 +137,7 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
             jobs.append((case.attention[i, :, :t, :t], keep_mask(kinds, token_set), kinds))
     stacks = [restrict_layers(a, keep)[0] for a, keep, _ in jobs]
     specials = [special_mask(kinds)[keep] for _, keep, kinds in jobs]
+    checked = [check(s, special=m, validate=False) for s, m in zip(stacks, specials, strict=True)]
     products = [rollout_products(s) for s in stacks]
     results = evaluate_shard(case.attention[:, :, None], n_tokens, case.token_kind, TOKEN_SETS,
                              1e-12, rollout)  # one head: head-averaged
@@ -156,6 +158,9 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
                                 for a, keep, _ in jobs],
         "check": lambda: [check(s, special=m, validate=False)
                           for s, m in zip(stacks, specials, strict=True)],
+        "attaining kinds": lambda: [
+            attaining_kinds(s, kinds[keep], r.kappa, r.attaining_special, 1e-12)
+            for s, (_, keep, kinds), r in zip(stacks, jobs, checked, strict=True)],
     }
     if rollout != "off":
         parts["rollout products"] = lambda: [rollout_products(s, reuse=True) for s in stacks]
