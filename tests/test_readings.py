@@ -210,15 +210,20 @@ def test_a_token_set_with_one_token_has_a_status_of_its_own(token_set):
     assert (single["status"] == ResultStatus.ONE_TOKEN).all()
 
 
-def brute_kind(a: np.ndarray, kinds: np.ndarray, tol: float) -> int:
-    """The AttainingKind of a matrix by enumerating every pair in the oracle's order."""
+def oracle_pairs(a: np.ndarray) -> dict[tuple[int, int], float]:
+    """kappa_ij of every pair i < j in the oracle's order: 0.5 * sequential left-to-right sum."""
     def tv(i, j):
         s = 0.0
         for k in range(a.shape[1]):
             s += abs(a[i, k] - a[j, k])
         return 0.5 * s
 
-    values = {p: tv(*p) for p in itertools.combinations(range(a.shape[0]), 2)}
+    return {p: tv(*p) for p in itertools.combinations(range(a.shape[0]), 2)}
+
+
+def brute_kind(a: np.ndarray, kinds: np.ndarray, tol: float) -> int:
+    """The AttainingKind of a matrix by enumerating every pair in the oracle's order."""
+    values = oracle_pairs(a)
     kappa = max(values.values())
     classes = set()
     for (i, j), v in values.items():
@@ -249,13 +254,7 @@ def test_attaining_kind_equals_the_classes_of_every_attaining_pair():
 
 def brute_kappa_and_special(a: np.ndarray, kinds: np.ndarray, tol: float) -> tuple[float, bool]:
     """The oracle's kappa, and whether every pair within tol of it has a special token."""
-    def tv(i, j):
-        s = 0.0
-        for k in range(a.shape[1]):
-            s += abs(a[i, k] - a[j, k])
-        return 0.5 * s
-
-    values = {p: tv(*p) for p in itertools.combinations(range(a.shape[0]), 2)}
+    values = oracle_pairs(a)
     kappa = max(values.values())
     content_attains = any(kappa - v <= tol and kinds[i] == CONTENT and kinds[j] == CONTENT
                           for (i, j), v in values.items())

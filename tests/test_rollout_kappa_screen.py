@@ -9,10 +9,11 @@ import threading
 
 import numpy as np
 import pytest
+import threadpoolctl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers import kernel, scratch
+from workers import equality, kernel, scratch
 from workers.equality import check, kappa_only, rollout, rollout_products
 
 
@@ -121,10 +122,6 @@ def test_scratch_reuses_memory_until_it_is_too_large():
 def test_rollout_products_run_on_one_blas_thread_and_leave_the_setting_as_it_was(monkeypatch):
     """The products run with every BLAS library on one thread (OpenBLAS's results depend on its
     thread count); where BLAS already runs on one thread nothing is changed or restored."""
-    import threadpoolctl
-
-    from workers import equality
-
     seen = []
     real = np.matmul
 

@@ -19,6 +19,7 @@ from numba import njit
 
 from storage.layout import AttainingKind, ResultStatus
 from workers.cells import fill_rollout, fill_verdicts
+from workers.center_bound import distances
 from workers.equality import check, restrict_layers, validate_stochastic
 from workers.kernel import self_dominance_gap, tv_factor_one, tv_one
 from workers.token_kinds import TokenKind, special_mask
@@ -150,34 +151,26 @@ def complements(x: np.ndarray, content: np.ndarray) -> tuple[np.ndarray, np.ndar
     return validate_stochastic(stack, name="content-complement"), ok
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"})
-def _l1_any_order(a: np.ndarray, i: int, j: int) -> float:
-    """sum_k |a_ik - a_jk| in any order (vectorised): like the oracle's sequential sum, within
-    gamma_{n+1} of the exact sum, relative."""
-    s = 0.0
-    for k in range(a.shape[1]):
-        s += abs(a[i, k] - a[j, k])
-    return s
-
-
 @njit(cache=True)
 def _special_classes(a: np.ndarray, kinds: np.ndarray, kappa: float, tol: float) -> int:
     """Bit mask of the classes (AttainingKind codes 1..5) of the pairs with a special token
-    whose kappa_ij (the oracle's) is within tol of `kappa`. A pair whose vectorised sum, with
-    room for both sums' rounding and this arithmetic, stays below kappa - tol cannot attain and
-    skips the oracle's sequential sum; the others are decided by it, so the mask is the one the
-    oracle's sums give for every pair."""
+    whose kappa_ij (the oracle's) is within tol of `kappa`. A pair whose vectorised sum
+    (`center_bound.distances` from the special row), with room for both sums' rounding and this
+    arithmetic, stays below kappa - tol cannot attain and skips the oracle's sequential sum; the
+    others are decided by it, so the mask is the one the oracle's sums give for every pair."""
     n = a.shape[0]
     room = 8.0 * (n + 2) * U64  # > 3 gamma_{n+1} + 2u: both sums' error, the products' rounding
     floor = (kappa - tol) - room * (kappa + tol + 1.0)  # below it, kappa - kappa_ij > tol
+    l1 = np.empty(n, dtype=np.float64)
     bits = 0
     for s in range(n):
         if kinds[s] == 0:
             continue
+        distances(a, a[s], l1)  # l1[k]: sum_k' |a_kk' - a_sk'| in any order
         for k in range(n):
             if k == s or (kinds[k] != 0 and k < s):  # each special-special pair once
                 continue
-            if 0.5 * _l1_any_order(a, s, k) * (1.0 + room) < floor:
+            if 0.5 * l1[k] * (1.0 + room) < floor:
                 continue
             if kappa - tv_one(a, s, k) <= tol:
                 bits |= 1 << (kinds[s] if kinds[k] == 0 else _SPECIAL_SPECIAL)
