@@ -300,17 +300,12 @@ def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> Non
     array[start:start + len(attention)] = attention
 
 
-def read_attention(group: zarr.Group, start: int, stop: int,
+def read_attention(array: zarr.Array, start: int, stop: int,
                    out: np.ndarray | None = None) -> np.ndarray:
-    """The padded attention (input, layer, head, query, key) of inputs start..stop; one `mean`
-    head for a model group from before the head dimension. `out`: a C-contiguous float32 array
-    of that shape to read into (and return), instead of a fresh one."""
-    return _read_attention(group["attention"], start, stop, out)
-
-
-def _read_attention(array: zarr.Array, start: int, stop: int,
-                    out: np.ndarray | None) -> np.ndarray:
-    """`read_attention` from the attention array already open."""
+    """The padded attention (input, layer, head, query, key) of inputs start..stop from a model
+    group's open `attention` array; one `mean` head for a model group from before the head
+    dimension. `out`: a C-contiguous float32 array of that shape to read into (and return),
+    instead of a fresh one."""
     if _legacy(array, LEGACY_ATTENTION_DIMS):
         attention = array[start:stop][:, :, None]
         if out is None:
@@ -356,7 +351,7 @@ class StoredAttention:
             last = min(i + self.block, self.shape[0])
             self._first = i
             out = None if self._buffer is None else self._buffer((last - i, *self.shape[1:]))
-            self._values = _read_attention(self._array, self.start + i, self.start + last, out)
+            self._values = read_attention(self._array, self.start + i, self.start + last, out)
         return self._values[i - self._first]
 
 

@@ -92,8 +92,8 @@ def test_stored_attention_reads_a_shard_in_blocks_of_inputs(tmp_path, monkeypatc
     group["attention"][:] = values
     calls = []
     monkeypatch.setattr(store_module, "READ_BLOCK_BYTES", block_bytes)
-    real = store_module._read_attention  # counts the store reads
-    monkeypatch.setattr(store_module, "_read_attention",
+    real = store_module.read_attention  # counts the store reads
+    monkeypatch.setattr(store_module, "read_attention",
                         lambda *args: calls.append(args[1:]) or real(*args))
     shard = store_module.StoredAttention(group, 0, 10)
     assert shard.shape == (10, 3, 1, 5, 5)
