@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -27,11 +28,14 @@ from storage.store import (
     ensure_model,
     open_model,
     open_root,
+    write_attention,
     write_baseline,
     write_results,
     write_root_attrs,
     write_tokens,
 )
+from workers.task_specs import TestTask
+from workers.tasks import evaluate_shard, run_test
 
 IDS = [f"in{i}" for i in range(10)]
 INPUTS = {"tol": 1e-12, "model": {"name": "m", "config": {"depth": 2}}}
@@ -190,6 +194,39 @@ def test_write_results_writes_every_variable_of_its_shard_and_no_other(tmp_path)
         assert np.array_equal(stored[4:8], results[name]), name
         untouched = np.concatenate([stored[:4], stored[8:]])
         assert np.array_equal(untouched, np.full_like(untouched, var.fill), equal_nan=True), name
+
+
+def test_a_test_task_whose_result_write_fails_is_not_done_and_reruns_to_the_same_results(
+        tmp_path, monkeypatch):
+    """One of the concurrent result writes failing (a full disk) fails the task with that error
+    and leaves no done marker; the rerun writes every variable, as the shard's evaluation gives."""
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    rng = np.random.default_rng(8)
+    attention = rng.random((4, 3, 1, 5, 5)).astype(np.float32)
+    attention /= attention.sum(-1, keepdims=True)
+    kinds = np.array([[0, 1, 1, 1, 1]] * 4, np.int8)  # CLS, then content
+    write_attention(group, 4, attention)
+    write_tokens(group, 4, np.full(4, 5, np.int32), kinds)
+    task = TestTask("test-m-00001", str(tmp_path / "s.zarr"), "m", 1, 4, 8, ("all", "content"),
+                    1e-12)
+    real = zarr.AsyncArray.setitem
+
+    async def full_disk(self, selection, value, *args, **kwargs):
+        if self.path.endswith("results/margin"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return await real(self, selection, value, *args, **kwargs)
+
+    monkeypatch.setattr(zarr.AsyncArray, "setitem", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        run_test(task)
+    assert not markers.is_done(tmp_path / "s.zarr", task.scope, task.marker)
+    monkeypatch.setattr(zarr.AsyncArray, "setitem", real)
+    assert run_test(task) == 4
+    assert markers.is_done(tmp_path / "s.zarr", task.scope, task.marker)
+    expected = evaluate_shard(attention, np.full(4, 5), kinds, ("all", "content"), 1e-12)
+    for name, values in expected.items():
+        assert np.array_equal(group["results"][name][4:8], values, equal_nan=True), name
 
 
 def test_baseline_group_and_cell_writes(tmp_path):
