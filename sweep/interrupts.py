@@ -9,7 +9,8 @@ KeyboardInterrupt, which `main` turns into one line and exit code 130. A process
 SIGINT ignored (`nohup`, a background job of a script) keeps ignoring it. `Interrupted` carries
 the one-line summary of what finished. A KeyboardInterrupt raised inside a callback that cannot
 pass it on (llvmlite's object cache while numba compiles) is remembered and acted on between
-tasks; Python's report of it ("Exception ignored in ...", a traceback) is left out.
+tasks; Python's report of it ("Exception ignored in ...", a traceback) is left out, and so is
+the report of llvmlite's finaliser of an object the interrupt left half-built.
 """
 
 from __future__ import annotations
@@ -36,11 +37,19 @@ def _on_sigint(signum: int, frame: Any) -> None:
 
 
 def _quiet_swallowed_interrupt(unraisable: Any) -> None:
-    """sys.unraisablehook: a KeyboardInterrupt that a callback swallowed is already remembered
-    (`_received`), so no traceback; everything else goes to the hook this one replaced."""
-    if issubclass(unraisable.exc_type, KeyboardInterrupt) and _received.is_set():
+    """sys.unraisablehook: once Ctrl-C has arrived (`_received`), no traceback for a
+    KeyboardInterrupt that a callback swallowed (already remembered) nor for an llvmlite
+    finaliser failing on an object whose construction the interrupt cut short (an ObjectRef
+    without its `_as_parameter_`); everything else goes to the hook this one replaced."""
+    if _received.is_set() and (issubclass(unraisable.exc_type, KeyboardInterrupt)
+                               or _llvmlite_finaliser(unraisable.object)):
         return
     _quiet_swallowed_interrupt.previous(unraisable)
+
+
+def _llvmlite_finaliser(obj: Any) -> bool:
+    """Whether the object an unraisable error came from is a function of llvmlite's."""
+    return str(getattr(obj, "__module__", None) or "").startswith("llvmlite.")
 
 
 _quiet_swallowed_interrupt.previous = sys.__unraisablehook__
