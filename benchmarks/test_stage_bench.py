@@ -11,7 +11,10 @@ torch's threads) over the same restricted matrices (layers x token sets), with t
 cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
 
     PYTHONPATH=. python benchmarks/test_stage_bench.py [--rounds 5] [--cases vit-b,dinov2-l-reg]
-        [--rollout every]
+        [--rollout every] [--store s3://bucket/prefix --endpoint-url http://127.0.0.1:8333]
+
+`--store`: where the shard's store lives (default: a temporary local folder); an object store
+URL times the stage reading its shard from there (`storage.location`).
 
 Attention-like: per layer, softmax of N(0, 4) logits with +4 on column 0 (a sink) and +2 on the
 diagonal; token 0 is CLS, tokens 1..R registers, the rest content.
@@ -29,6 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from storage.location import StoreRef, locate
 from storage.store import (
     create_root,
     ensure_model,
@@ -104,18 +108,19 @@ CASES: dict[str, Callable[[int], Case]] = {
 }
 
 
-def write_shard(folder: Path, case: Case) -> TestTask:
+def write_shard(store: StoreRef, case: Case) -> TestTask:
     """A store holding the case as one shard, written as the extraction task writes it."""
     n, layers, t_max = case.attention.shape[:3]
-    root = create_root(folder / "store.zarr")
+    locate(store).delete_prefix("")
+    root = create_root(store)
     ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
                  shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
     root.attrs["models"] = ["m"]
-    group = open_model(folder / "store.zarr", "m", mode="r+")
+    group = open_model(store, "m", mode="r+")
     write_attention(group, 0, case.attention[:, :, None])  # one head: head-averaged
     n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
     write_tokens(group, 0, n_tokens, case.token_kind)
-    return TestTask("test-m-00000", str(folder / "store.zarr"), "m", 0, 0, n, TOKEN_SETS, 1e-12)
+    return TestTask("test-m-00000", store, "m", 0, 0, n, TOKEN_SETS, 1e-12)
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float]:
@@ -188,10 +193,12 @@ def cdist_function(case: Case) -> Callable[[], object]:
     return run
 
 
-def bench(case: Case, rounds: int, rollout: str) -> None:
+def bench(case: Case, rounds: int, rollout: str, store: str | None,
+          options: dict[str, str]) -> None:
     n = case.attention.shape[0]
     with tempfile.TemporaryDirectory() as tmp:
-        task = write_shard(Path(tmp), case)
+        where = StoreRef.of(store or str(Path(tmp) / "store.zarr"), options)
+        task = write_shard(where, case)
         task = TestTask(**{**task.__dict__, "rollout": rollout})
         funcs = {"stage": lambda: run_test(task), "cdist": cdist_function(case),
                  **part_functions(case, task, rollout)}
@@ -202,11 +209,13 @@ def bench(case: Case, rounds: int, rollout: str) -> None:
             for name, fn in funcs.items():
                 wall, cpu = timed(fn)
                 best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
+        locate(where).delete_prefix("")
     stage_wall, stage_cpu = best["stage"]
     cdist_wall = best["cdist"][0]
     parts = [p for p in funcs if p not in ("stage", "cdist")]
     parts_cpu = sum(best[p][1] for p in parts)
-    print(f"\n{case.name}: {n} inputs, rollout {rollout}, best of {rounds}")
+    print(f"\n{case.name}: {n} inputs, rollout {rollout}, best of {rounds}, store "
+          f"{store or 'a local folder'}")
     print(f"  test stage: {1e3 * stage_wall / n:.2f} ms wall, {1e3 * stage_cpu / n:.2f} ms CPU "
           f"per input")
     cdist_cpu = best["cdist"][1]
@@ -226,10 +235,14 @@ def main() -> None:
     parser.add_argument("--inputs", type=int, default=8, help="inputs per case (518 px: / 8)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rollout", default="every", choices=ROLLOUT_MODES)
+    parser.add_argument("--store", help="the shard's store (default: a temporary folder)")
+    parser.add_argument("--endpoint-url", help="an S3-compatible server for an s3:// --store")
     args = parser.parse_args()
+    options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
     print(f"torch threads {torch.get_num_threads()}")
     for name in args.cases.split(","):
-        bench(CASES[name](args.inputs), args.rounds, args.rollout)
+        store = f"{args.store.rstrip('/')}/{name}.zarr" if args.store else None
+        bench(CASES[name](args.inputs), args.rounds, args.rollout, store, options)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 """An exclusive lock on a store, so two `sweep run`s never drive the same store at once.
 
-`fcntl.flock` on a file inside the store: the kernel releases it when the holder exits, even on
-SIGKILL, so a killed driver never leaves a stale lock behind. A store this lock's holder created
-and failed to finish (a full disk, Ctrl-C while planning) is removed on exit: the folder is as
-it was before the run.
+In a local folder: `fcntl.flock` on `.sweep/lock` inside the store; the kernel releases it when
+the holder exits, even on SIGKILL, so a killed driver never leaves a stale lock behind. On an
+object store: a renewed lease (`storage.lease`) that a killed driver's successor takes over once
+it expires. Either way, a store this lock's holder created and failed to finish (a full disk,
+Ctrl-C while planning) is removed on exit: the place is as it was before the run.
 """
 
 from __future__ import annotations
@@ -12,30 +13,46 @@ import contextlib
 import fcntl
 import json
 import os
-import shutil
-from pathlib import Path
 from types import TracebackType
 
-from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
+from storage.lease import Lease, StoreBusyError
+from storage.location import Location, StoreLike, locate
 
-
-class StoreBusyError(InputError):
-    """Another process holds the store's lock."""
+__all__ = ["StoreBusyError", "StoreLock"]
 
 
 class StoreLock:
-    """Context manager holding an exclusive, non-blocking `flock` on the store's lock file."""
+    """Context manager holding the store's lock: a non-blocking `flock` locally, a lease on an
+    object store (`break_lock`, `force`: see `storage.lease.Lease.acquire`)."""
 
-    def __init__(self, store: str | Path) -> None:
-        self.store = Path(store)
-        self.path = self.store / BOOKKEEPING_DIR / "lock"
+    def __init__(self, store: StoreLike, *, break_lock: bool = False, force: bool = False) -> None:
+        self.location: Location = locate(store)
+        self.store = self.location.ref.url
+        self.break_lock, self.force = break_lock, force
         self._fd: int | None = None
+        self.lease: Lease | None = None
 
     def __enter__(self) -> StoreLock:
-        self._created = not self.store.exists()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self._created = not self._exists()
+        if self.location.is_local:
+            self._flock()
+        else:
+            self.lease = Lease(self.location)
+            self.lease.acquire(break_lock=self.break_lock, force=self.force)
+        return self
+
+    def _exists(self) -> bool:
+        path = self.location.local_path()
+        if path is not None:
+            return path.exists()
+        self.location.probe()
+        return self.location.any_key("")
+
+    def _flock(self) -> None:
+        path = self.location.local_path() / BOOKKEEPING_DIR / "lock"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -48,7 +65,11 @@ class StoreLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         self._fd = fd
-        return self
+
+    @property
+    def lost(self) -> bool:
+        """Whether another run broke this run's lease while it ran (object stores only)."""
+        return self.lease is not None and self.lease.lost is not None
 
     def __exit__(
         self,
@@ -61,23 +82,31 @@ class StoreLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
-            if self._created and exc_type is not None and not self._finished():
-                shutil.rmtree(self.store, ignore_errors=True)  # created now, never finished
-            elif self._created and not (self.store / "zarr.json").exists():
-                self._remove_empty_store()
+        elif self.lease is not None:
+            self.lease.release()
+        else:
+            return
+        if self._created and exc_type is not None and not self._finished():
+            self.location.delete_prefix("")  # created now, never finished
+        elif self._created and self.location.read("zarr.json") is None:
+            self._remove_empty_store()
 
     def _finished(self) -> bool:
         """Whether the store's creation finished (the driver writes root `config` last)."""
         try:
-            meta = json.loads((self.store / "zarr.json").read_text())
+            meta = json.loads(self.location.read("zarr.json") or b"{}")
             return "config" in meta.get("attributes", {})
-        except (OSError, ValueError, AttributeError):
+        except (ValueError, AttributeError):
             return False
 
     def _remove_empty_store(self) -> None:
-        """A run that failed before creating the store leaves no folder behind (only empty
-        folders are removed: rmdir refuses anything else)."""
+        """A run that failed before creating the store leaves nothing behind: locally only
+        empty folders are removed (rmdir refuses anything else); remotely the lease alone."""
+        path = self.location.local_path()
+        if path is None:
+            self.location.delete_prefix(f"{BOOKKEEPING_DIR}/lease/")
+            return
         with contextlib.suppress(OSError):
-            self.path.unlink()
-            self.path.parent.rmdir()
-            self.store.rmdir()
+            (path / BOOKKEEPING_DIR / "lock").unlink()
+            (path / BOOKKEEPING_DIR).rmdir()
+            path.rmdir()

@@ -1,22 +1,24 @@
-"""Completion markers: one small file per (model or baseline, stage, index), written after data.
+"""Completion markers: one small object per (model or baseline, stage, index), written after data.
 
-`<store>/.sweep/markers/<scope>/<stage>-<index>.done` vouches that the task's data is fully
-written: it holds JSON `{"chunks": {path: [size, "crc32c:<hex>", mtime_ns] or null}}`, the chunk
-files the task wrote (see `storage.integrity`; older markers hold `[size, sha256 hex]`, and a
-marker from before checksums holds `done`). `.failed` holds the
-error of a task that kept failing: its `Type: message` line first, then the traceback. Both are
-written atomically (temporary file, fsync, rename), so a marker is either absent or complete.
+`.sweep/markers/<scope>/<stage>-<index>.done` (relative to the store's root, in a local folder or
+on an object store: `storage.location`) vouches that the task's data is fully written: it holds
+JSON `{"chunks": {key: [size, "crc32c:<hex>", version] or null}}`, the chunks the task wrote (see
+`storage.integrity`; older markers hold `[size, sha256 hex]`, and a marker from before checksums
+holds `done`). `.failed` holds the error of a task that kept failing: its `Type: message` line
+first, then the traceback. Both are whole-object writes (a temporary file renamed into place
+locally, one PUT remotely), so a marker is either absent or complete.
+
+`MarkerIndex` is one listing of every marker, for the driver's start-up: whether each of
+thousands of tasks is done costs one listing, not a request per task.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from storage.layout import BOOKKEEPING_DIR
+from storage.integrity import MARKERS, Checksums, parse_marker
+from storage.location import StoreLike, locate
 
 DONE, FAILED = ".done", ".failed"
 
@@ -26,61 +28,42 @@ def marker_name(stage: str, index: int | str) -> str:
     return f"{stage}-{index:05d}" if isinstance(index, int) else f"{stage}-{index}"
 
 
-def _path(store: Path, scope: str, name: str, suffix: str) -> Path:
-    return Path(store) / BOOKKEEPING_DIR / "markers" / scope / f"{name}{suffix}"
+def marker_key(scope: str, name: str, suffix: str = DONE) -> str:
+    """The marker's key relative to the store's root."""
+    return f"{MARKERS}{scope}/{name}{suffix}"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def mark_done(store: Path, scope: str, name: str,
-              chunks: dict[str, list | None] | None = None) -> None:
-    """Record that the task's data is complete, with the checksums of the chunk files it wrote
+def mark_done(store: StoreLike, scope: str, name: str,
+              chunks: Checksums | None = None) -> None:
+    """Record that the task's data is complete, with the checksums of the chunks it wrote
     (`storage.integrity.checksums`); clears any earlier failure."""
     text = "done\n" if chunks is None else json.dumps({"chunks": chunks}, sort_keys=True) + "\n"
-    _write_atomic(_path(store, scope, name, DONE), text)
-    _path(store, scope, name, FAILED).unlink(missing_ok=True)
+    location = locate(store)
+    location.write(marker_key(scope, name), text.encode())
+    location.delete(marker_key(scope, name, FAILED))
 
 
-def mark_failed(store: Path, scope: str, name: str, error: str) -> None:
+def mark_failed(store: StoreLike, scope: str, name: str, error: str) -> None:
     """Record the error of a task that failed after its retries."""
-    _write_atomic(_path(store, scope, name, FAILED), error.rstrip() + "\n")
+    locate(store).write(marker_key(scope, name, FAILED), (error.rstrip() + "\n").encode())
 
 
-def clear(store: Path, scope: str, name: str) -> None:
+def clear(store: StoreLike, scope: str, name: str) -> None:
     """Forget a task's completion (its data is about to be rewritten)."""
-    _path(store, scope, name, DONE).unlink(missing_ok=True)
+    locate(store).delete(marker_key(scope, name))
 
 
-def vouched_chunks(store: Path, scope: str, name: str) -> dict[str, list | None] | None:
+def vouched_chunks(store: StoreLike, scope: str, name: str) -> Checksums | None:
     """The chunk checksums a done marker holds; None if there is no marker or it holds none
-    (an unreadable marker vouches for nothing: {"(marker)": None} fails every check)."""
-    try:
-        text = _path(store, scope, name, DONE).read_text()
-    except FileNotFoundError:
-        return None
-    if text.strip() == "done":
-        return None
-    try:
-        return dict(json.loads(text)["chunks"])
-    except (ValueError, KeyError, TypeError):
-        return {str(_path(store, scope, name, DONE).relative_to(store)): [-1, "unreadable"]}
+    (an unreadable marker vouches for nothing: {"(marker)": [-1, ...]} fails every check)."""
+    key = marker_key(scope, name)
+    data = locate(store).read(key)
+    return None if data is None else parse_marker(data, key)
 
 
-def is_done(store: Path, scope: str, name: str) -> bool:
+def is_done(store: StoreLike, scope: str, name: str) -> bool:
     """Whether the task's done marker exists."""
-    return _path(store, scope, name, DONE).exists()
+    return locate(store).info(marker_key(scope, name)) is not None
 
 
 @dataclass(frozen=True)
@@ -91,11 +74,31 @@ class MarkerState:
     error: str | None = None
 
 
-def read_state(store: Path, scope: str, name: str) -> MarkerState:
+def read_state(store: StoreLike, scope: str, name: str) -> MarkerState:
     """The task's state as its markers say: done wins over failed, else pending."""
     if is_done(store, scope, name):
         return MarkerState("done")
-    failed = _path(store, scope, name, FAILED)
-    if failed.exists():
-        return MarkerState("failed", failed.read_text().strip())
+    failed = locate(store).read(marker_key(scope, name, FAILED))
+    if failed is not None:
+        return MarkerState("failed", failed.decode(errors="replace").strip())
     return MarkerState("pending")
+
+
+class MarkerIndex:
+    """Every marker of a store from one listing: `done(scope, name)`, `failed(scope, name)`;
+    `forget` keeps it in step with `clear`."""
+
+    def __init__(self, store: StoreLike) -> None:
+        self.store = locate(store)
+        self.keys = set(self.store.listing(MARKERS))
+
+    def done(self, scope: str, name: str) -> bool:
+        return marker_key(scope, name) in self.keys
+
+    def failed(self, scope: str, name: str) -> bool:
+        return marker_key(scope, name, FAILED) in self.keys
+
+    def clear(self, scope: str, name: str) -> None:
+        """`clear` the marker in the store and in the index."""
+        clear(self.store, scope, name)
+        self.keys.discard(marker_key(scope, name))

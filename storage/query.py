@@ -17,9 +17,7 @@ naming the array), and builds the coordinates; it stays a thin layer over zarr +
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import dask
 import dask.array as da
@@ -43,6 +41,7 @@ from storage.layout import (
     ResultStatus,
     Var,
 )
+from storage.location import Location, StoreLike, locate
 from storage.query_nulls import baseline_dataset, matched_nulls_dataset
 from storage.statistics import wilson_interval
 
@@ -50,16 +49,20 @@ GROUP_KEYS = ("model", "layer", "head", "token_set", "depth")
 COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
 
 
-def open_results(store: str | os.PathLike) -> xr.DataTree:
+def open_results(store: StoreLike, storage_options: dict | None = None) -> xr.DataTree:
     """Open a sweep store lazily: one node per model (input, layer, head, token_set), below it
     a `nulls` node (null, token_set) of its size-matched nulls, and a baseline node (null, n).
     `head` is ["mean"] for a head-averaged model (and for a model group written before the head
     dimension), ["0", ..., "H-1"] for one that kept every head.
 
+    `store`: a path, a URL (`s3://…`, with `storage_options`: `storage.location`) or a
+    StoreRef. Reads results lazily (dask arrays), never attention.
+
     Raises InputError (one line) when `store` is missing or is not a dobrushin-sweep store.
     """
-    path = Path(store)
-    root = _open_root(path)
+    location = locate(store, storage_options)
+    path = location.ref.url
+    root = _open_root(location)
     nodes: dict[str, xr.Dataset] = {"/": xr.Dataset(attrs=dict(root.attrs))}
     for name in root.attrs.get("models", []):  # the writer's list: no directory listing
         group = root.get(name)
@@ -228,11 +231,15 @@ def _counts(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
     )
 
 
-def _open_root(path: Path) -> zarr.Group:
-    if not path.exists():
+def _open_root(location: Location) -> zarr.Group:
+    path = location.ref.url
+    if location.read("zarr.json") is None:
+        if location.any_key(""):
+            raise InputError(f"{path} is not a Zarr v3 sweep store (it holds no zarr.json)")
         raise InputError(f"no sweep store at {path}: check the path or run `sweep run` first")
     try:
-        root = zarr.open_group(path, mode="r", use_consolidated=False)
+        root = zarr.open_group(location.zarr_store(read_only=True), mode="r",
+                               use_consolidated=False)
     except (FileNotFoundError, ValueError, TypeError, KeyError) as error:
         raise InputError(f"{path} is not a Zarr v3 sweep store ({error})") from error
     found = root.attrs.get("format")
@@ -254,7 +261,7 @@ def _array(group: zarr.Group, name: str, spec: Var, where: str) -> zarr.Array:
     return array
 
 
-def _model_dataset(name: str, group: zarr.Group, path: Path) -> xr.Dataset:
+def _model_dataset(name: str, group: zarr.Group, path: str) -> xr.Dataset:
     where = f"{path}/{name}"
     attrs = dict(group.attrs)
     missing = [key for key in ("n_layers", "token_sets") if key not in attrs]

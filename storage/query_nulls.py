@@ -6,8 +6,6 @@ Rates are the summed counts divided once (`storage.counts.rates`), with 95% Wils
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import xarray as xr
@@ -52,7 +50,7 @@ def _counts(holding: np.ndarray, trials: np.ndarray, disagreements: np.ndarray,
     return table.merge(rates(table["holding"], table["trials"]))
 
 
-def baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
+def baseline_dataset(group: zarr.Group, path: str) -> xr.Dataset:
     """The baseline node: dims (null, n); trials, holding, disagreements, chunks_done, chunks,
     rate, ci_low, ci_high. A pre-nulls store's (size, chunk) arrays read as null `uniform`."""
     where = f"{path}/{BASELINE_GROUP}"
@@ -70,7 +68,7 @@ def baseline_dataset(group: zarr.Group, path: Path) -> xr.Dataset:
     return table.assign_coords(null=nulls, n=n).assign_attrs(group.attrs)
 
 
-def matched_nulls_dataset(model: zarr.Group, path: Path, name: str) -> xr.Dataset | None:
+def matched_nulls_dataset(model: zarr.Group, path: str, name: str) -> xr.Dataset | None:
     """A model's size-matched nulls: dims (null, token_set), the same variables as the baseline
     node; None when the model group has no nulls."""
     group = model.get(NULLS_GROUP)

@@ -1,7 +1,8 @@
 """What a store holds: done, pending and failed tasks per model and stage, from its markers.
 
-With `verify`, a done task whose chunk files no longer match its marker's checksums
-(`storage.integrity`) counts as pending and is listed in `damaged` with the damaged files. A
+A done task whose chunks no longer match its marker's checksums (`storage.integrity`: checked
+against one listing, as `sweep run` does at start-up; re-hashed with `verify`) counts as pending
+and is listed in `damaged` with the damaged chunks. A
 store whose creation never finished (no `config` root attribute: the driver writes it last)
 raises StoreDamagedError instead of showing an empty table.
 """
@@ -9,10 +10,9 @@ raises StoreDamagedError instead of showing an empty table.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from storage.errors import StoreDamagedError
-from storage.integrity import damaged_chunks
+from storage.integrity import FULL, MARKERS, STAT, scan_store
 from storage.layout import (
     BASELINE_GROUP,
     BASELINE_STAGE,
@@ -21,7 +21,8 @@ from storage.layout import (
     PREPARE_STAGE,
     STAGES,
 )
-from storage.markers import marker_name, read_state, vouched_chunks
+from storage.location import StoreLike, locate
+from storage.markers import MarkerIndex, marker_key, marker_name, read_state
 from storage.store import open_root
 
 
@@ -41,54 +42,56 @@ class StageStatus:
         return self.done + self.pending + len(self.failed)
 
 
-def _count(store: Path, scope: str, stage: str, names: list[str],
-           verify: bool = False) -> StageStatus:
+def _count(index: MarkerIndex, scope: str, stage: str, names: list[str],
+           damaged: dict[str, list[str]]) -> StageStatus:
     status = StageStatus(scope, stage)
     for name in names:
-        state = read_state(store, scope, name)
-        vouched = vouched_chunks(store, scope, name) if verify and state.state == "done" else None
-        bad = damaged_chunks(store, vouched) if vouched else []
+        bad = damaged.get(marker_key(scope, name)[len(MARKERS):])
         if bad:
             status.damaged[name] = bad
             status.pending += 1
-        elif state.state == "done":
+        elif index.done(scope, name):
             status.done += 1
-        elif state.state == "failed":
-            status.failed[name] = state.error or ""
+        elif index.failed(scope, name):
+            status.failed[name] = read_state(index.store, scope, name).error or ""
         else:
             status.pending += 1
     return status
 
 
-def store_status(store: str | Path, *, verify: bool = False) -> list[StageStatus]:
+def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]:
     """Per model and stage, then for the baseline, how many tasks are done, pending, failed;
-    `verify` re-reads every done task's chunks (damaged ones count as pending)."""
-    store = Path(store)
-    root = open_root(store)
+    done tasks whose chunks no longer match their markers count as pending and are listed as
+    damaged: checked against one listing of the store (sizes and versions, as `sweep run`
+    checks at start-up), or re-read and re-hashed with `verify`."""
+    location = locate(store)
+    root = open_root(location)
     if "config" not in root.attrs:
         raise StoreDamagedError(
-            f"store {store}: half-created (its creation was interrupted before it was "
+            f"store {location}: half-created (its creation was interrupted before it was "
             f"finished); rerun `sweep run` with its config to finish it"
         )
+    index = MarkerIndex(location)
+    damaged = scan_store(location, depth=FULL if verify else STAT)
     out = []
     for model in root.attrs.get("models", []):
         n_shards = root[model].attrs["n_shards"]
-        if read_state(store, model, PREPARE_STAGE).state != "pending":  # a model that has one
-            out.append(_count(store, model, PREPARE_STAGE, [PREPARE_STAGE], verify))
+        if index.done(model, PREPARE_STAGE) or index.failed(model, PREPARE_STAGE):
+            out.append(_count(index, model, PREPARE_STAGE, [PREPARE_STAGE], damaged))
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
-            out.append(_count(store, model, stage, names, verify))
+            out.append(_count(index, model, stage, names, damaged))
         if NULLS_GROUP in root[model]:
             group = root[model][NULLS_GROUP]
             chunks = range(group["holding"].shape[-1])
             names = [marker_name(NULLS_STAGE, f"{null}-c{chunk:05d}")
                      for null in group.attrs["nulls"] for chunk in chunks]
-            out.append(_count(store, model, NULLS_STAGE, names, verify))
+            out.append(_count(index, model, NULLS_STAGE, names, damaged))
     if BASELINE_GROUP in root:
         attrs = root[BASELINE_GROUP].attrs
         n_chunks = root[BASELINE_GROUP]["holding"].shape[-1]
         nulls = [f"{null}-" for null in attrs["nulls"]] if "nulls" in attrs else [""]  # "": old
         names = [marker_name(BASELINE_STAGE, f"{null}n{n:04d}-c{chunk:05d}")
                  for null in nulls for n in attrs["sizes"] for chunk in range(n_chunks)]
-        out.append(_count(store, BASELINE_GROUP, BASELINE_STAGE, names, verify))
+        out.append(_count(index, BASELINE_GROUP, BASELINE_STAGE, names, damaged))
     return out

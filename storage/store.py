@@ -19,10 +19,8 @@ metadata documents, so readers lose little by reading them directly.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from importlib import metadata
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,6 +45,8 @@ from storage.layout import (
     RESULTS_GROUP,
     Var,
 )
+from storage.location import Location, StoreLike, locate
+from storage.recording import RecordingStore
 
 VERSIONED = (
     "dobrushin-sweep", "numpy", "zarr", "torch", "transformers", "timm",
@@ -69,34 +69,48 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def open_root(store: str | Path, mode: str = "r") -> zarr.Group:
-    """The store's root group; InputError if `store` is not a sweep store."""
+def open_root(store: StoreLike, mode: str = "r") -> zarr.Group:
+    """The store's root group; InputError if `store` is not a sweep store. A writable root
+    (`r+`, `a`) records the checksums of what it writes (`storage.integrity.written_by`)."""
+    location = locate(store)
     try:
-        root = zarr.open_group(str(store), mode=mode, zarr_format=3)
+        root = zarr.open_group(_zarr_store(location, mode), mode=mode, zarr_format=3)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):
-        raise InputError(f"{store}: not a sweep store (no Zarr group there)") from None
+        raise InputError(f"{location}: not a sweep store (no Zarr group there)") from None
     except (ValueError, TypeError, KeyError) as error:  # JSON or metadata that does not parse
         raise StoreDamagedError(
-            f"{store}: its root metadata {Path(store) / 'zarr.json'} is corrupt "
+            f"{location}: its root metadata zarr.json is corrupt "
             f"({type(error).__name__}); restore it from a backup, or use a new store"
         ) from None
     if mode in ("r", "r+") and root.attrs.get("format") != FORMAT:
-        raise InputError(f"{store}: not a sweep store (root attribute format is not {FORMAT})")
+        raise InputError(f"{location}: not a sweep store (root attribute format is not {FORMAT})")
     return root
 
 
-def create_root(store: str | Path) -> zarr.Group:
+def _zarr_store(location: Location, mode: str) -> Any:
+    """zarr's store for `location`: read-only for `r`, else recording what it writes."""
+    if mode == "r":
+        return location.zarr_store(read_only=True)
+    return RecordingStore(location.zarr_store(), location)
+
+
+def create_root(store: StoreLike) -> zarr.Group:
     """Open the store's root, creating it (format, library versions) when it does not exist."""
-    path = Path(store)
-    if path.is_dir() and not (path / "zarr.json").exists() and any(
-            p.name != BOOKKEEPING_DIR for p in path.iterdir()):
+    location = locate(store)
+    if location.read("zarr.json") is None and any(
+            not key.startswith(f"{BOOKKEEPING_DIR}/") for key in _some_keys(location)):
         raise InputError(f"{store}: a folder that is not a sweep store; choose another store path")
-    root = zarr.open_group(str(store), mode="a", zarr_format=3)
+    root = open_root(location, mode="a")
     if "format" not in root.attrs:
         root.attrs.update({"format": FORMAT, "versions": library_versions()})
     elif root.attrs["format"] != FORMAT:
         raise InputError(f"{store}: a Zarr store of another format ({root.attrs['format']})")
     return root
+
+
+def _some_keys(location: Location) -> list[str]:
+    """The store's keys, for telling an empty place from one holding something else."""
+    return list(location.listing()) if location.any_key("") else []
 
 
 def _create(group: zarr.Group, name: str, var: Var, shape: tuple[int, ...],
@@ -109,7 +123,7 @@ def _create(group: zarr.Group, name: str, var: Var, shape: tuple[int, ...],
     )
 
 
-def _check_fingerprint(store: str | Path, what: str, group: zarr.Group,
+def _check_fingerprint(store: StoreLike, what: str, group: zarr.Group,
                        inputs: dict[str, Any], key_prefix: str) -> None:
     stored = group.attrs.get("fingerprint_inputs", {})
     if group.attrs["fingerprint"] != fingerprint(inputs):
@@ -120,13 +134,21 @@ def _check_fingerprint(store: str | Path, what: str, group: zarr.Group,
         )
 
 
+def location_of(group: zarr.Group) -> Location:
+    """The `Location` of a group opened writable by `open_root` / `open_model`."""
+    location = getattr(group.store, "location", None)
+    if location is None:
+        raise ValueError(f"group {group.path!r} was not opened for writing by storage.store")
+    return location
+
+
 def _reset_if_unfinished(root: zarr.Group, name: str) -> bool:
     """True if the group is complete; an unfinished one (no fingerprint) is deleted."""
     if name not in root:
         return False
     if "fingerprint" in root[name].attrs:
         return True
-    shutil.rmtree(Path(str(root.store.root)) / root.path / name)
+    location_of(root).delete_prefix(f"{root.path}/{name}".lstrip("/") + "/")
     return False
 
 
@@ -140,7 +162,7 @@ def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_lay
     Returns True if the group was created now. Raises StoreMismatchError naming what changed.
     """
     if _reset_if_unfinished(root, name):
-        _check_fingerprint(root.store.root, f"model {name!r}", root[name], fingerprint_inputs,
+        _check_fingerprint(location_of(root), f"model {name!r}", root[name], fingerprint_inputs,
                            f"models.{name}.")
         return False
     n, h, s = len(input_ids), len(heads), len(token_sets)
@@ -178,7 +200,7 @@ def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed
     inputs = {"sizes": list(sizes), "trials": trials, "seed": seed, "chunk_trials": chunk_trials,
               "tol": tol, "nulls": list(nulls)}
     if _reset_if_unfinished(root, BASELINE_GROUP):
-        _check_fingerprint(root.store.root, "the baseline", root[BASELINE_GROUP], inputs,
+        _check_fingerprint(location_of(root), "the baseline", root[BASELINE_GROUP], inputs,
                            "baseline.")
         return False
     group = root.create_group(BASELINE_GROUP)
@@ -203,7 +225,7 @@ def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
               "seed": seed, "chunk_trials": chunk_trials, "tol": tol}
     parent = root[model]
     if _reset_if_unfinished(parent, NULLS_GROUP):
-        _check_fingerprint(root.store.root, f"the size-matched nulls of model {model!r}",
+        _check_fingerprint(location_of(root), f"the size-matched nulls of model {model!r}",
                            parent[NULLS_GROUP], inputs, "matched_nulls.")
         return False
     group = parent.create_group(NULLS_GROUP)
@@ -227,9 +249,9 @@ def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
     root.attrs.update({"config": config, "models": names, "fingerprint": fingerprints})
 
 
-def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
+def stored_model_attrs(store: StoreLike, model: str) -> dict[str, Any] | None:
     """A finished model group's attributes, or None if the store or the group does not exist."""
-    if not (Path(store) / "zarr.json").is_file():
+    if locate(store).read("zarr.json") is None:
         return None
     root = open_root(store)
     if model not in root or "fingerprint" not in root[model].attrs:
@@ -237,7 +259,7 @@ def stored_model_attrs(store: str | Path, model: str) -> dict[str, Any] | None:
     return dict(root[model].attrs)
 
 
-def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
+def open_model(store: StoreLike, model: str, mode: str = "r") -> zarr.Group:
     """A model's group; InputError naming the store's models if there is no such model."""
     root = open_root(store, mode=mode)
     if model not in root.attrs.get("models", []) or model not in root:
@@ -247,7 +269,7 @@ def open_model(store: str | Path, model: str, mode: str = "r") -> zarr.Group:
     return root[model]
 
 
-def write_training_record(store: str | Path, model: str, record: dict) -> None:
+def write_training_record(store: StoreLike, model: str, record: dict) -> None:
     """Keep a model's JSON-able training record as its group's `training` attribute.
 
     Written by the model's preparation task alone, before any of its extractions run (they wait
@@ -381,22 +403,24 @@ async def _together(coroutines: Sequence[Coroutine[Any, Any, None]]) -> None:
     await asyncio.gather(*coroutines)
 
 
-def write_baseline(store: str | Path, size_index: int, chunk: int, holding: int,
-                   trials: int, disagreements: int, null_index: int = 0) -> None:
-    """Write one (null, size, chunk) cell of the baseline counts."""
+def write_baseline(store: StoreLike, size_index: int, chunk: int, holding: int,
+                   trials: int, disagreements: int, null_index: int = 0) -> zarr.Group:
+    """Write one (null, size, chunk) cell of the baseline counts; returns the group written."""
     group = open_root(store, mode="r+")[BASELINE_GROUP]
     group["holding"][null_index, size_index, chunk] = holding
     group["trials"][null_index, size_index, chunk] = trials
     group["disagreements"][null_index, size_index, chunk] = disagreements
+    return group
 
 
-def write_matched_nulls(store: str | Path, model: str, null_index: int, chunk: int,
-                        counts: Sequence[tuple[int, int, int]]) -> None:
+def write_matched_nulls(store: StoreLike, model: str, null_index: int, chunk: int,
+                        counts: Sequence[tuple[int, int, int]]) -> zarr.Group:
     """Write one (null, :, chunk) chunk of a model's size-matched null counts: per token set,
-    (trials, holding, disagreements)."""
+    (trials, holding, disagreements); returns the group written."""
     group = open_model(store, model, mode="r+")[NULLS_GROUP]
     trials, holding, disagreements = (np.asarray(v, dtype=np.int64) for v in zip(*counts,
                                                                                    strict=True))
     group["trials"][null_index, :, chunk] = trials
     group["holding"][null_index, :, chunk] = holding
     group["disagreements"][null_index, :, chunk] = disagreements
+    return group

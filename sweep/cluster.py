@@ -20,6 +20,7 @@ import yaml
 from distributed import Client
 
 from storage.errors import InputError
+from storage.location import StoreRef
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
 from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
@@ -27,6 +28,7 @@ from sweep.clusters.slurm import job_scripts, start_slurm
 
 __all__ = [
     "ClusterConfig",
+    "check_store_fits_cluster",
     "describe_cluster",
     "kubernetes_specs",
     "load_cluster_config",
@@ -94,9 +96,28 @@ def _set_allowed_failures(dask_scheduler: Any, n: int) -> None:
     dask_scheduler.allowed_failures = n
 
 
+def check_store_fits_cluster(cfg: ClusterConfig, store: StoreRef) -> None:
+    """InputError if the cluster's workers cannot reach the store: Kubernetes pods share no
+    folder with the driver (their store must be an object store URL), and a `memory://` store
+    lives in the driver's process (only a local cluster of threads shares it)."""
+    if cfg.kind == "kubernetes" and (store.is_local or store.scheme == "memory"):
+        raise InputError(
+            f"store {store}: Kubernetes workers share no folder with the driver; put the store "
+            f"on an object store (store: s3://BUCKET/PATH.zarr, docs/storage.md)")
+    if store.scheme == "memory":
+        threads = cfg.kind == "local" and not use_processes(
+            cfg.local, local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus)))
+        if not threads:
+            raise InputError(
+                f"store {store}: a memory:// store lives in this process; run with "
+                f"--in-process or a local cluster of threads (local: processes: false)")
+
+
 def describe_cluster(cfg: ClusterConfig) -> str:
     """A dry-run description: the resolved config and what would be started (scripts, specs)."""
-    lines = [f"cluster kind: {cfg.kind}", yaml.safe_dump(cfg.model_dump(mode="json"))]
+    chosen = cfg.model_dump(mode="json", include={"kind", "allowed_failures",
+                                                   "dashboard_address", cfg.kind})
+    lines = [f"cluster kind: {cfg.kind}", yaml.safe_dump(chosen, sort_keys=False)]
     if cfg.kind == "local":
         pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
         kind = "processes" if use_processes(cfg.local, pools) else "threads of the sweep process"

@@ -27,6 +27,7 @@ from pydantic import (
 
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
+from storage.location import StoreRef, check_options, check_url, scheme_of
 from sweep.controls import expand_controls
 from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
@@ -54,6 +55,19 @@ def _resolve(path: Path | None, info: ValidationInfo) -> Path | None:
     base = (info.context or {}).get("base")
     path = Path(path).expanduser()
     return path if path.is_absolute() or base is None else Path(base) / path
+
+
+def _resolve_store(store: str, info: ValidationInfo) -> str:
+    """A store URL (`s3://…`, `memory://…`) as written; a path (or `file://` URL) resolved like
+    any path of the config (`_resolve`); InputError for a URL of an unknown scheme."""
+    try:
+        check_url(store)
+    except InputError as error:
+        raise ValueError(str(error)) from None
+    if scheme_of(store) not in ("", "file"):
+        return store
+    path = store[len("file://"):] if scheme_of(store) == "file" else store
+    return str(_resolve(Path(path), info))
 
 
 class _Frozen(BaseModel):
@@ -184,7 +198,8 @@ class SweepConfig(_Frozen):
     L), or `off`; the rollout results are NaN where not computed, so a store keeps one setting.
     """
 
-    store: Path
+    store: str  # a path (relative to the config file), or a URL (storage.location)
+    storage_options: dict[str, Any] = Field(default_factory=dict)
     shard_size: PositiveInt = 32
     token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
     tol: float = Field(default=DEFAULT_TOL, ge=0.0)
@@ -199,7 +214,15 @@ class SweepConfig(_Frozen):
     baseline: BaselineConfig | None = None
     matched_nulls: MatchedNullsConfig | None = MatchedNullsConfig()
 
-    _store = field_validator("store")(_resolve)
+    _store = field_validator("store")(_resolve_store)
+
+    @field_validator("storage_options")
+    @classmethod
+    def _known_storage_options(cls, options: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return check_options(options)
+        except InputError as error:
+            raise ValueError(str(error).split(": ", 1)[-1]) from None
     _cache = field_validator("cache_dir")(_resolve)
 
     @field_validator("token_sets")
@@ -215,9 +238,17 @@ class SweepConfig(_Frozen):
         return sets
 
     @property
-    def checkpoint_dir(self) -> Path:
-        """Where trained checkpoints (FT-Transformer) live: `cache_dir`, else inside the store."""
-        return self.cache_dir or self.store / BOOKKEEPING_DIR / "cache"
+    def store_ref(self) -> StoreRef:
+        """The store with its storage options (what tasks carry: no credential is in it)."""
+        return StoreRef.of(self.store, self.storage_options)
+
+    @property
+    def checkpoint_dir(self) -> str:
+        """Where trained checkpoints (FT-Transformer) live: `cache_dir`, else inside the store
+        (a folder or a URL: `storage.location`)."""
+        if self.cache_dir is not None:
+            return str(self.cache_dir)
+        return f"{self.store.rstrip('/')}/{BOOKKEEPING_DIR}/cache"
 
     def model_setting(self, name: str, key: Literal["batch_size", "dtype", "device"]) -> Any:
         """A model's own setting, or the sweep-wide default when the model does not set it."""

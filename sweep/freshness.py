@@ -7,10 +7,11 @@ is extracted and tested again (only that shard: the others keep their values); a
 chunks no longer match its marker's checksums (`storage.integrity`) runs again. Nothing mixes:
 every shard's values come from the inputs its digests name.
 
-Chunks are checked at start-up by a stat each (`storage.integrity.STAT`): only those whose size or
-mtime differ from the marker's are read and re-hashed; `verify` re-hashes every chunk (`FULL`).
-A task whose chunks were re-hashed and found intact gets its marker refreshed with their mtimes,
-so the next start-up reads them no more (markers from before mtimes are refreshed the same way).
+Chunks are checked at start-up against one listing of the store (`storage.integrity.STAT`: sizes
+and versions, mtimes locally and ETags on an object store): only those whose size or version
+differ from the marker's are read and re-hashed; `verify` re-hashes every chunk (`FULL`). A task
+whose chunks were re-hashed and found intact gets its marker refreshed with their versions, so
+the next start-up reads them no more (markers from before versions are refreshed the same way).
 """
 
 from __future__ import annotations
@@ -19,10 +20,10 @@ import dataclasses
 import sys
 
 import numpy as np
-import zarr
 
 from storage import markers
-from storage.integrity import FULL, STAT, check_chunks
+from storage.integrity import FULL, MARKERS, STAT, check_chunks, data_listing, parse_marker
+from storage.store import open_root
 from sweep.config import SweepConfig
 from sweep.plan import ExtractTask, SweepPlan, Task
 from workers.digests import input_digests
@@ -55,17 +56,20 @@ def with_digests(plan: SweepPlan, digests: dict[str, tuple[str, ...]]) -> SweepP
     return dataclasses.replace(plan, tasks=tasks)
 
 
-def stale_extractions(plan: SweepPlan) -> list[ExtractTask]:
-    """Done extraction tasks whose recorded input digests differ from the planned ones."""
+def stale_extractions(plan: SweepPlan, index: markers.MarkerIndex | None = None
+                      ) -> list[ExtractTask]:
+    """Done extraction tasks whose recorded input digests differ from the planned ones
+    (`index`: the store's markers, listed once; default: listed now)."""
     stale: list[ExtractTask] = []
     stored: dict[str, np.ndarray | None] = {}
+    index = index or markers.MarkerIndex(plan.config.store_ref)
     for task in plan.tasks:
         if not isinstance(task, ExtractTask) or not task.digests:
             continue
-        if not markers.is_done(task.store, task.scope, task.marker):
+        if not index.done(task.scope, task.marker):
             continue
         if task.model not in stored:
-            group = zarr.open_group(task.store, mode="r", zarr_format=3)[task.model]
+            group = open_root(task.store)[task.model]
             stored[task.model] = group["input_digest"][:] if "input_digest" in group else None
         recorded = stored[task.model]
         if recorded is None:
@@ -81,20 +85,31 @@ def stale_extractions(plan: SweepPlan) -> list[ExtractTask]:
     return stale
 
 
-def damaged_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
-    """Done tasks whose chunk files no longer match their marker's checksums: a stat per chunk,
-    a read of those whose size or mtime changed; with `verify`, a read of every chunk. Refreshes
-    the marker of a done task whose re-hashed chunks were intact (see the module)."""
+def damaged_tasks(plan: SweepPlan, *, verify: bool = False,
+                  index: markers.MarkerIndex | None = None) -> list[Task]:
+    """Done tasks whose chunks no longer match their marker's checksums: one listing of the
+    store, a read of those whose size or version changed; with `verify`, a read of every chunk.
+    Refreshes the marker of a done task whose re-hashed chunks were intact (see the module)."""
+    index = index or markers.MarkerIndex(plan.config.store_ref)
+    location = index.store
+    done = [t for t in plan.tasks if index.done(t.scope, t.marker)]
+    if not done:
+        return []
+    keys = [markers.marker_key(t.scope, t.marker) for t in done]
+    texts = location.read_many(keys)
+    listing = data_listing(location)
+    listing.update(location.listing(MARKERS))
     out = []
-    for task in plan.tasks:
-        vouched = markers.vouched_chunks(task.store, task.scope, task.marker)
+    for task, key in zip(done, keys, strict=True):
+        data = texts[key]
+        vouched = None if data is None else parse_marker(data, key)
         if not vouched:
             continue
-        check = check_chunks(task.store, vouched, depth=FULL if verify else STAT)
+        check = check_chunks(location, vouched, depth=FULL if verify else STAT, listing=listing)
         if check.damaged:
             out.append(task)
             print(f"sweep: {task.key}: {len(check.damaged)} damaged chunk(s) "
                   f"({check.damaged[0]}, ...); recomputing", file=sys.stderr)
         elif check.rehashed:
-            markers.mark_done(task.store, task.scope, task.marker, vouched | check.rehashed)
+            markers.mark_done(location, task.scope, task.marker, vouched | check.rehashed)
     return out

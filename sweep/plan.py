@@ -15,11 +15,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
 from typing import Any
 
 from storage.fingerprint import fingerprint
 from storage.layout import head_labels
+from storage.location import StoreRef
 from sweep.config import SweepConfig
 from workers.baseline import BlockSpan, chunk_span
 from workers.inputs import DatasetSpec
@@ -282,7 +282,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
 
 
 def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
-    store, cache = str(config.store), str(config.checkpoint_dir)
+    store, cache = config.store_ref, config.checkpoint_dir
     tasks: list[Task] = []
     if needs_preparation(plan.spec):
         tasks.append(PrepareTask(prepare_key(plan.name), store, plan.name, plan.spec,
@@ -300,21 +300,21 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
     return tasks
 
 
-def _baseline_tasks(store: Path, plan: BaselinePlan) -> list[Task]:
+def _baseline_tasks(store: StoreRef, plan: BaselinePlan) -> list[Task]:
     tasks: list[Task] = []
     for null_index, null in enumerate(plan.nulls):
         for index, n in enumerate(plan.sizes):
             for chunk in range(plan.n_chunks):
                 tasks.append(BaselineTask(
-                    baseline_key(n, chunk, null), str(store), index, n, chunk,
+                    baseline_key(n, chunk, null), store, index, n, chunk,
                     plan.chunk_blocks(chunk), plan.seed, plan.tol, null, null_index,
                 ))
     return tasks
 
 
-def _null_tasks(store: Path, model: ModelPlan, plan: MatchedNullsPlan) -> list[Task]:
+def _null_tasks(store: StoreRef, model: ModelPlan, plan: MatchedNullsPlan) -> list[Task]:
     return [
-        NullTask(null_key(model.name, null, chunk), str(store), model.name, null, null_index,
+        NullTask(null_key(model.name, null, chunk), store, model.name, null, null_index,
                  chunk, plan.chunk_blocks(chunk), model.token_sets, plan.seed, plan.tol)
         for null_index, null in enumerate(plan.nulls)
         for chunk in range(plan.n_chunks)
@@ -343,8 +343,8 @@ def build_plan(config: SweepConfig, facts: dict[str, ModelFacts]) -> SweepPlan:
     for plan in models:
         tasks.extend(_model_tasks(config, plan))
     if baseline is not None:
-        tasks.extend(_baseline_tasks(config.store, baseline))
+        tasks.extend(_baseline_tasks(config.store_ref, baseline))
     if matched is not None:
         for plan in models:
-            tasks.extend(_null_tasks(config.store, plan, matched))
+            tasks.extend(_null_tasks(config.store_ref, plan, matched))
     return SweepPlan(config, models, baseline, tuple(tasks), matched)

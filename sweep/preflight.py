@@ -10,7 +10,6 @@ beside a changed one, no checkpoint trained for options the store will not accep
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import zarr
@@ -18,6 +17,7 @@ import zarr
 from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
+from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
 from sweep.plan import baseline_plan, model_config_inputs
@@ -29,26 +29,30 @@ CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "
 (`sweep.plan.config_inputs`; rollout only when not `every`)."""
 
 
-def check_store_path(store: Path) -> bool:
-    """Whether `store` already is a sweep store; InputError if it is a file, a folder holding
-    anything else, or a Zarr store of another kind; StoreDamagedError if its root metadata is
-    unreadable. A missing or empty folder is fine (False)."""
-    if store.exists() and not store.is_dir():
+def check_store_path(store: StoreLike) -> bool:
+    """Whether `store` already is a sweep store; InputError if it is a file, a folder (or
+    prefix) holding anything else, or a Zarr store of another kind; StoreDamagedError if its
+    root metadata is unreadable; StoreUnreachable (exit 3) or InputError (a missing bucket) if
+    an object store cannot be reached. A missing or empty folder or prefix is fine (False)."""
+    location = locate(store)
+    path = location.local_path()
+    if path is not None and path.exists() and not path.is_dir():
         raise InputError(f"store {store}: a file, not a folder; set store: to a new or empty "
                          f"folder, or to an existing sweep store")
-    if not store.is_dir():
-        return False
-    meta = store / "zarr.json"
-    if not meta.exists():
-        if any(p.name != BOOKKEEPING_DIR for p in store.iterdir()):
+    location.probe()
+    meta = location.read("zarr.json")
+    if meta is None:
+        if any(not key.startswith(f"{BOOKKEEPING_DIR}/") for key in
+               (location.listing() if location.any_key("") else {})):
             raise InputError(f"store {store}: a folder that is not a sweep store; set store: to "
                              f"a new or empty folder, or to an existing sweep store")
         return False
     try:
-        attrs = json.loads(meta.read_text(encoding="utf-8")).get("attributes", {})
+        attrs = json.loads(meta.decode("utf-8")).get("attributes", {})
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
-        raise StoreDamagedError(f"store {store}: its root metadata {meta} is corrupt ({error}); "
-                                f"restore it from a backup, or use a new store") from None
+        raise StoreDamagedError(f"store {store}: its root metadata zarr.json is corrupt "
+                                f"({error}); restore it from a backup, or use a new store"
+                                ) from None
     if attrs.get("format") != FORMAT:
         raise InputError(f"store {store}: a Zarr store that is not a sweep store (format "
                          f"{attrs.get('format')!r}); set store: to a new or empty folder")
@@ -72,10 +76,10 @@ def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
     return None if plan is None else plan.fingerprint_inputs()
 
 
-def _finished_groups(store: Path, names: list[str]) -> dict[str, dict[str, Any]]:
+def _finished_groups(store: StoreLike, names: list[str]) -> dict[str, dict[str, Any]]:
     """Fingerprint inputs of the finished groups among `names` and the store's recorded models
     (looked up by name: listing the root would warn about `.sweep`)."""
-    root = zarr.open_group(str(store), mode="r", zarr_format=3)
+    root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r", zarr_format=3)
     out = {}
     for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
         if name not in root:
@@ -87,7 +91,7 @@ def _finished_groups(store: Path, names: list[str]) -> dict[str, dict[str, Any]]
     return out
 
 
-def _refuse(store: Path, problems: list[tuple[str, list[str]]]) -> None:
+def _refuse(store: StoreLike, problems: list[tuple[str, list[str]]]) -> None:
     if problems:
         what = "; ".join(f"{who}: {', '.join(lines)}" for who, lines in problems)
         raise StoreMismatchError(
@@ -101,9 +105,9 @@ def check_before_lock(config: SweepConfig) -> None:
     models, the store path, and every finished group against the config (devices are checked
     by `sweep run` for local runs: `sweep.devices`)."""
     check_models(config)
-    if not check_store_path(config.store):
+    if not check_store_path(config.store_ref):
         return
-    groups = _finished_groups(config.store, list(config.models))
+    groups = _finished_groups(config.store_ref, list(config.models))
     problems = []
     for name in config.models:
         if name in groups:
@@ -120,10 +124,10 @@ def check_before_lock(config: SweepConfig) -> None:
     _refuse(config.store, problems)
 
 
-def check_plan_fits_store(store: Path, plan_inputs: dict[str, dict[str, Any]]) -> None:
+def check_plan_fits_store(store: StoreLike, plan_inputs: dict[str, dict[str, Any]]) -> None:
     """Every planned group (name -> fingerprint inputs) against the finished groups, all at once,
     before any group is created or extended."""
-    if not (store / "zarr.json").exists():
+    if locate(store).read("zarr.json") is None:
         return
     groups = _finished_groups(store, list(plan_inputs))
     problems = []

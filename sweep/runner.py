@@ -18,7 +18,7 @@ from typing import Protocol
 from tqdm import tqdm
 
 from storage import markers
-from storage.lock import StoreLock
+from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
     create_root,
     ensure_baseline,
@@ -91,7 +91,7 @@ def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
     spec = resolve_model(entry.source, **entry.options)
     if dataset is None:
         dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
-    stored = stored_model_attrs(config.store, name)
+    stored = stored_model_attrs(config.store_ref, name)
     if stored is not None:
         facts = ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
                            stored["cube_sum"], stored.get("n_heads", 1))  # 1: before heads
@@ -121,8 +121,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
         planned["baseline"] = plan.baseline.fingerprint_inputs()
-    check_plan_fits_store(config.store, planned)  # all groups, before any is created
-    root = create_root(config.store)
+    check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
+    root = create_root(config.store_ref)
     for model in plan.models:
         ensure_model(
             root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,
@@ -152,22 +152,25 @@ def pending_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
     its test (its done marker is cleared: the data it vouched for is about to be rewritten), and
     a model whose tests rerun reruns its size-matched nulls (drawn at the tested sizes).
     Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun;
-    `verify` re-hashes every done chunk instead of those whose size or mtime changed."""
-    for task in [*stale_extractions(plan), *damaged_tasks(plan, verify=verify)]:
-        markers.clear(task.store, task.scope, task.marker)
+    `verify` re-hashes every done chunk instead of those whose size or version changed. The
+    store's markers are listed once (`storage.markers.MarkerIndex`)."""
+    index = markers.MarkerIndex(plan.config.store_ref)
+    for task in [*stale_extractions(plan, index), *damaged_tasks(plan, verify=verify,
+                                                                  index=index)]:
+        index.clear(task.scope, task.marker)
 
     def done(task: Task) -> bool:
-        return markers.is_done(task.store, task.scope, task.marker)
+        return index.done(task.scope, task.marker)
 
     redo = {(t.model, t.shard) for t in plan.tasks if isinstance(t, ExtractTask) and not done(t)}
     retested = {t.model for t in plan.tasks
                 if isinstance(t, TestTask) and ((t.model, t.shard) in redo or not done(t))}
     pending = []
     for task in plan.tasks:
-        if isinstance(task, TestTask) and (task.model, task.shard) in redo:
-            markers.clear(task.store, task.scope, task.marker)
-        if isinstance(task, NullTask) and task.model in retested:
-            markers.clear(task.store, task.scope, task.marker)
+        if isinstance(task, TestTask) and (task.model, task.shard) in redo and done(task):
+            index.clear(task.scope, task.marker)
+        if isinstance(task, NullTask) and task.model in retested and done(task):
+            index.clear(task.scope, task.marker)
         if not done(task):
             pending.append(task)
     return pending
@@ -277,7 +280,8 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                                                      progress)
         raise_if_interrupted()
     except KeyboardInterrupt:
-        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in plan.tasks)
+        index = markers.MarkerIndex(plan.config.store_ref)
+        done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
         raise Interrupted(
             f"{done} of {len(plan.tasks)} tasks done ({done - len(summary.skipped)} in this run), "
             f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to "
@@ -300,12 +304,20 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
 
 
 @contextmanager
-def locked(config: SweepConfig) -> Iterator[None]:
-    """Hold the store's exclusive lock (a second `sweep run` on it is refused), after the
-    refusals the config alone decides (`sweep.preflight`): a refused run writes nothing."""
+def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
+           ) -> Iterator[StoreLock]:
+    """Hold the store's exclusive lock (a second `sweep run` on it is refused; `break_lock`,
+    `force`: see `storage.lease`), after the refusals the config alone decides
+    (`sweep.preflight`): a refused run writes nothing. A run whose lease another run broke
+    meanwhile ends with StoreBusyError once its tasks are done."""
     check_before_lock(config)
-    with StoreLock(config.store):
-        yield
+    with StoreLock(config.store_ref, break_lock=break_lock, force=force) as lock:
+        yield lock
+        if lock.lost:
+            raise StoreBusyError(
+                f"store {config.store}: another run broke this run's lease while it ran; what "
+                f"this run finished is kept (each task wrote its data before its marker), and "
+                f"`sweep status` shows the store as the other run leaves it")
 
 
 def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True,

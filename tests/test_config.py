@@ -40,12 +40,12 @@ def error_of(tmp_path: Path, text: str) -> str:
 
 def test_issue_example_parses_with_defaults_and_resolved_paths(tmp_path):
     config = load_config(write(tmp_path, ISSUE_YAML))
-    assert config.store == tmp_path / "runs/demo.zarr"
+    assert Path(config.store) == tmp_path / "runs/demo.zarr"
     assert config.datasets["sentences"].path == tmp_path / "data/sentences.txt"
     assert config.datasets["cancer"].source == "sklearn:breast_cancer"
     assert config.baseline.sizes == (2, 3, 4, 8, 16, 32, 64, 128, 256)
     assert config.tol == DEFAULT_TOL and config.retries == 2
-    assert config.checkpoint_dir == tmp_path / "runs/demo.zarr/.sweep/cache"
+    assert config.checkpoint_dir == str(tmp_path / "runs/demo.zarr/.sweep/cache")
     assert config.model_setting("minilm", "batch_size") == 16
     assert config.model_setting("ft-cancer", "batch_size") == config.batch_size
     assert config.datasets["sentences"].to_spec().path == str(tmp_path / "data/sentences.txt")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cache
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -82,7 +83,7 @@ def swept(tmp_path_factory):
     config = load_config(folder / "sweep.yaml")
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0, summary.lines()
-    return config.store
+    return Path(config.store)
 
 
 @pytest.mark.parametrize("name", ["vit", "rob"])

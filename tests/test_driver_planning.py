@@ -137,9 +137,9 @@ def test_preparation_runs_first_as_a_task_and_its_record_is_stored(tmp_path, mon
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0
     assert order == ["prepare ft-transformer", "extract-ft-00000", "extract-ft-00001"]
-    group = zarr.open_group(str(config.store / "ft"), mode="r")
+    group = zarr.open_group(str(Path(config.store) / "ft"), mode="r")
     assert group.attrs["training"] == {"metric": "accuracy", "test": 0.5, "rows": 5}
-    assert (config.store / ".sweep" / "markers" / "ft" / "prepare.done").is_file()
+    assert (Path(config.store) / ".sweep" / "markers" / "ft" / "prepare.done").is_file()
     order.clear()
     rerun = run_sweep(config, InProcessExecutor(), progress=False)
     assert rerun.completed == [] and "prepare-ft" in rerun.skipped and order == []
@@ -149,7 +149,7 @@ def test_no_record_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(workers.tasks, "prepare_model", lambda spec, dataset, cache_dir: None)
     config = load_config(write_config(tmp_path, {"ft": FT}))
     assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
-    assert "training" not in zarr.open_group(str(config.store / "ft"), mode="r").attrs
+    assert "training" not in zarr.open_group(str(Path(config.store) / "ft"), mode="r").attrs
 
 
 @pytest.mark.parametrize("executor", ["in-process", "dask"])
@@ -176,4 +176,4 @@ def test_a_failed_preparation_blocks_its_extractions_and_their_tests(
     out = capsys.readouterr().out
     assert "failed ft prepare: RuntimeError: training diverged" in out
     np.testing.assert_array_equal(
-        zarr.open_group(str(config.store / "ft"), mode="r")["n_tokens"][:], 0)
+        zarr.open_group(str(Path(config.store) / "ft"), mode="r")["n_tokens"][:], 0)

@@ -27,6 +27,7 @@ from storage.integrity import (
     scan_store,
     variable_of,
 )
+from storage.location import StoreRef, locate
 from sweep.faults import classify, os_error_line
 from sweep.freshness import damaged_tasks
 from sweep.yaml_io import load_yaml, read_text
@@ -104,7 +105,7 @@ def set_mtime(path, shift_ns: int) -> None:
 
 def one_task_plan(store):
     task = SimpleNamespace(store=store, scope="m", marker="extract-00000", key="extract-m-00000")
-    return SimpleNamespace(tasks=[task]), task
+    return SimpleNamespace(tasks=[task], config=SimpleNamespace(store_ref=StoreRef.of(store))), task
 
 
 @pytest.fixture
@@ -113,9 +114,9 @@ def reads(monkeypatch):
     seen = []
     real = storage.integrity.digest_of
 
-    def counting(path, like=storage.integrity.CRC32C):
-        seen.append(str(path))
-        return real(path, like)
+    def counting(store, key, like=storage.integrity.CRC32C):
+        seen.append(str(locate(store).local_path() / key))
+        return real(store, key, like)
 
     monkeypatch.setattr(storage.integrity, "digest_of", counting)
     return seen

@@ -50,7 +50,7 @@ matched_nulls: {{trials: 2000, chunk_trials: 1000}}
 
 
 def done_markers(store: Path) -> list[Path]:
-    return sorted((store / ".sweep" / "markers").rglob("*.done"))
+    return sorted((Path(store) / ".sweep" / "markers").rglob("*.done"))
 
 
 N_NULLS = 5  # every null, by default
@@ -82,7 +82,7 @@ def test_sigkill_of_the_driver_then_rerun_gives_identical_results(tmp_path, cach
     config = write_config(tmp_path, cache)
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(CLUSTER)
-    store = load_config(config).store
+    store = Path(load_config(config).store)
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
     driver = subprocess.Popen(sweep_command(config, cluster), cwd=tmp_path, env=env,
                               start_new_session=True, stdout=subprocess.DEVNULL,

@@ -111,3 +111,60 @@ def test_manifests_round_trip_through_yaml():
 def test_a_non_kubernetes_config_is_refused():
     with pytest.raises(ValueError, match="kubernetes: block"):
         kubernetes_specs(ClusterConfig())
+
+
+def all_pod_specs(manifests: list[dict]) -> list[dict]:
+    cluster, group = manifests
+    return [cluster["spec"]["scheduler"]["spec"], cluster["spec"]["worker"]["spec"],
+            group["spec"]["worker"]["spec"]]
+
+
+def test_workers_get_the_credentials_secret_as_environment_and_no_pod_has_a_volume():
+    manifests = kubernetes_specs(k8s_config(credentials_secret="sweep-store"))
+    cluster, group = manifests
+    for worker in (cluster["spec"]["worker"], group["spec"]["worker"]):
+        assert worker_container(worker)["envFrom"] == [{"secretRef": {"name": "sweep-store"}}]
+    for pod in all_pod_specs(manifests):
+        assert "volumes" not in pod
+        assert all("volumeMounts" not in c for c in pod["containers"])
+    text = yaml.safe_dump_all(manifests)
+    assert "AWS_SECRET_ACCESS_KEY" not in text  # the secret is referenced, never inlined
+
+
+def test_without_a_secret_no_envfrom():
+    cluster, _ = kubernetes_specs(k8s_config())
+    assert "envFrom" not in worker_container(cluster["spec"]["worker"])
+
+
+def test_kubernetes_refuses_a_local_store_and_accepts_an_object_store():
+    from storage.errors import InputError
+    from storage.location import StoreRef
+    from sweep.cluster import check_store_fits_cluster
+
+    with pytest.raises(InputError, match="share no folder.*s3://"):
+        check_store_fits_cluster(k8s_config(), StoreRef.of("runs/study.zarr"))
+    check_store_fits_cluster(k8s_config(), StoreRef.of("s3://bucket/study.zarr"))
+
+
+def test_the_dry_run_prints_only_the_chosen_kind():
+    from sweep.cluster import describe_cluster
+
+    config = ClusterConfig.model_validate({
+        "kind": "kubernetes", "kubernetes": k8s_config().kubernetes.model_dump(),
+        "slurm": None,
+    })
+    top_level = {line.split(":")[0] for line in describe_cluster(config).splitlines()
+                 if line and not line[0].isspace() and ":" in line}
+    assert "kubernetes" in top_level and not top_level & {"local", "slurm", "address"}
+
+
+def test_the_dockerfile_installs_extras_the_package_defines():
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    extras = tomllib.loads((root / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    dockerfile = (root / "Dockerfile").read_text()
+    wanted = dockerfile.split('pip install ".[')[1].split("]")[0].split(",")
+    assert set(wanted) <= set(extras) and {"s3", "kubernetes"} <= set(wanted)

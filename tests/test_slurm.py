@@ -171,7 +171,7 @@ class Preempter(threading.Thread):
     def __init__(self, store: Path, pool: str, stage: str) -> None:
         super().__init__(daemon=True)
         self.pattern = f"{BOOKKEEPING_DIR}/markers/*/{stage}-*.done"
-        self.store, self.pool = store, pool
+        self.store, self.pool = Path(store), pool
         self.cancelled: str | None = None
         self.done_at_cancel = -1
         self.stop = threading.Event()
@@ -214,6 +214,68 @@ def test_a_sweep_through_slurm_survives_preemptions_with_identical_results(tmp_p
     assert 0 < preempt[0].done_at_cancel < n_extract, "the GPU job was not cancelled mid-sweep"
     assert 0 < preempt[1].done_at_cancel < n_test, "the CPU job was not cancelled mid-sweep"
     expected, got = stored_arrays(reference.store), stored_arrays(config.store)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key, strict=True)
+
+
+S3_SWEEP = """\
+store: s3://{root}/slurm.zarr
+storage_options: {{endpoint_url: "{endpoint}"}}
+shard_size: 2
+retries: 2
+datasets:
+  photos: {{source: 'sklearn:sample_images', limit: 4}}
+  wine: {{source: 'sklearn:wine', limit: 4}}
+models:
+  vit: {{source: tiny-deit-distilled, dataset: photos}}
+  ft: {{source: ft-transformer, dataset: wine, options: {{max_epochs: 2, n_blocks: 2}}}}
+baseline: {{sizes: [2, 5], trials: 2000, seed: 3, chunk_trials: 1000, nulls: [uniform]}}
+matched_nulls: {{trials: 1000, chunk_trials: 1000, nulls: [uniform]}}
+"""
+
+
+def files_under(folder: Path) -> list[str]:
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file())
+
+
+@needs_slurm
+@pytest.mark.s3
+def test_a_slurm_sweep_on_s3_writes_nothing_outside_the_store_and_the_workers_scratch(
+        tmp_path, s3_bucket):
+    """Workers start in a folder of their own with a HOME of their own (no folder shared with
+    the driver): after the sweep those hold nothing, the driver's folder holds only its config,
+    and the store on S3 equals an in-process run's store on a local path."""
+    from tests.s3_fixtures import ENDPOINT
+    from tests.test_s3_store import stored_arrays as s3_arrays
+
+    assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
+    text = S3_SWEEP.format(root=s3_bucket, endpoint=ENDPOINT)
+    reference_folder = tmp_path / "reference"
+    reference_folder.mkdir()
+    (reference_folder / "sweep.yaml").write_text(
+        text.replace(f"s3://{s3_bucket}/slurm.zarr", "sweep.zarr"))
+    reference = load_config(reference_folder / "sweep.yaml")
+    assert run_sweep(reference, InProcessExecutor(), progress=False).exit_code == 0
+
+    driver = tmp_path / "driver"
+    driver.mkdir()
+    (driver / "sweep.yaml").write_text(text)
+    config = load_config(driver / "sweep.yaml")
+    home, workdir, scratch = tmp_path / "home", tmp_path / "workdir", tmp_path / "scratch"
+    for folder in (home, workdir, scratch):
+        folder.mkdir()
+    cluster = slurm_config(tmp_path).model_dump()
+    for pool in ("gpu", "cpu"):
+        cluster["slurm"][pool]["job_script_prologue"] += [
+            f"export HOME={home}", f"cd {workdir}", f"export DOBRUSHIN_CACHE={scratch}/cache"]
+    with open_client(ClusterConfig.model_validate(cluster), out=io.StringIO()) as client:
+        client.wait_for_workers(2, timeout=120)
+        summary = run_sweep(config, DaskExecutor(client), progress=False)
+    assert summary.exit_code == 0 and not summary.failed, summary.lines()
+    assert files_under(home) == [] and files_under(workdir) == []
+    assert files_under(driver) == ["sweep.yaml"]
+    expected, got = stored_arrays(reference.store), s3_arrays(config.store_ref)
     assert sorted(got) == sorted(expected)
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key], err_msg=key, strict=True)

@@ -84,7 +84,7 @@ def swept(tmp_path_factory, client):
         config = load_config(write_config(folder, cache=cache))
         summary = run_sweep(config, executor, progress=False)
         assert summary.exit_code == 0 and not summary.failed and not summary.skipped
-        out[name] = config.store
+        out[name] = Path(config.store)
     return out
 
 
@@ -238,7 +238,7 @@ def test_config_change_is_refused_naming_the_key(swept, capsys):
 def test_adding_a_model_extends_without_recomputing_the_others(tmp_path):
     config = load_config(write_config(tmp_path, models=("vit",)))
     assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
-    done = sorted((config.store / ".sweep" / "markers").rglob("*.done"))
+    done = sorted((Path(config.store) / ".sweep" / "markers").rglob("*.done"))
     stamps = {p: p.stat().st_mtime_ns for p in done}
     before = arrays(config.store)
     extended = load_config(write_config(tmp_path, models=("vit", "rob")))

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE, PREPARE_STAGE
+from storage.location import StoreRef
 from storage.markers import marker_name
 from workers.baseline import BlockSpan
 from workers.inputs import DatasetSpec
@@ -28,7 +29,7 @@ class ModelTask:
     (`scope`) holds its completion markers."""
 
     key: str
-    store: str
+    store: StoreRef  # storage.location: a path or URL with its storage options
     model: str
 
     @property
@@ -100,7 +101,7 @@ class BaselineTask:
     """Count holding matrices among one chunk of one (null, size)'s trials."""
 
     key: str
-    store: str
+    store: StoreRef  # storage.location: a path or URL with its storage options
     size_index: int
     n: int
     chunk: int

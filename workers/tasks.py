@@ -17,13 +17,12 @@ import zarr
 
 from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
-from storage.integrity import checksums, chunk_files
-from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULT_VARS, RESULTS_GROUP, ResultStatus
+from storage.integrity import checksums, chunk_files, written_by
+from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
 from storage.markers import mark_done
 from storage.store import (
     StoredAttention,
     open_model,
-    open_root,
     write_attention,
     write_baseline,
     write_input_digest,
@@ -175,7 +174,8 @@ def run_extract(task: ExtractTask) -> int:
         write_input_digest(group, task.start, digests)
         names += ("input_digest",)
     files = shard_chunks(group, names, task.shard, task.start, task.stop)
-    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
+    mark_done(task.store, task.scope, task.marker,
+              checksums(task.store, files, written_by(group)))
     return n
 
 
@@ -256,7 +256,8 @@ def run_test(task: TestTask) -> int:
                                                              task.token_sets, task.tol,
                                                              task.rollout))
     files = shard_chunks(arrays, tuple(RESULT_VARS), task.shard, task.start, task.stop)
-    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
+    mark_done(task.store, task.scope, task.marker,
+              checksums(task.store, files, written_by(group)))
     return task.stop - task.start
 
 
@@ -265,12 +266,12 @@ def run_baseline(task: BaselineTask) -> int:
     holding, disagreements = holding_in_blocks(task.n, task.seed, task.blocks, tol=task.tol,
                                                null=task.null)
     trials = task.blocks.trial_count
-    write_baseline(task.store, task.size_index, task.chunk, holding, trials, disagreements,
-                   task.null_index)
-    group = open_root(task.store)[BASELINE_GROUP]
+    group = write_baseline(task.store, task.size_index, task.chunk, holding, trials,
+                           disagreements, task.null_index)
     files = [f for name in ("holding", "trials", "disagreements")
              for f in chunk_files(group[name], [(task.null_index, task.size_index, task.chunk)])]
-    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
+    mark_done(task.store, task.scope, task.marker,
+              checksums(task.store, files, written_by(group)))
     return trials
 
 
@@ -284,11 +285,11 @@ def run_null(task: NullTask) -> int:
                         token_set=token_set, null=task.null, seed=task.seed, tol=task.tol)
         for histogram, token_set in zip(histograms, task.token_sets, strict=True)
     ]
-    write_matched_nulls(task.store, task.model, task.null_index, task.chunk, counts)
-    group = open_model(task.store, task.model)[NULLS_GROUP]
+    group = write_matched_nulls(task.store, task.model, task.null_index, task.chunk, counts)
     files = [f for name in ("holding", "trials", "disagreements")
              for f in chunk_files(group[name], [(task.null_index, 0, task.chunk)])]
-    mark_done(task.store, task.scope, task.marker, checksums(task.store, files))
+    mark_done(task.store, task.scope, task.marker,
+              checksums(task.store, files, written_by(group)))
     return sum(trials for trials, _, _ in counts)
 
 

@@ -134,11 +134,15 @@ class KubernetesPool(_Spec):
 
 
 class KubernetesConfig(_Spec):
-    """dask-kubernetes operator: a DaskCluster (GPU pool as its default group) plus a CPU group."""
+    """dask-kubernetes operator: a DaskCluster (GPU pool as its default group) plus a CPU group.
+    `credentials_secret`: a Kubernetes Secret whose keys (AWS_ACCESS_KEY_ID, ...) every pod gets
+    as environment variables (`envFrom`): how workers reach the store's bucket."""
 
     name: str = "dobrushin-sweep"
     namespace: str | None = None
-    image: str
+    image: str = Field(min_length=1, description="the worker image you built from the "
+                       "repository's Dockerfile and pushed (docs/storage.md)")
+    credentials_secret: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     scheduler_service_type: str = "ClusterIP"
     gpu: KubernetesPool

@@ -3,7 +3,9 @@
 `kubernetes_specs` builds the manifests (a `DaskCluster` whose default worker group is the GPU
 pool, and a `DaskWorkerGroup` for the CPU pool) with the operator's own `make_cluster_spec` /
 `make_worker_spec`; `start_kubernetes` creates them through `KubeCluster`. The same dicts feed
-dry runs, so what `sweep plan` shows is what gets applied.
+dry runs, so what `sweep plan` shows is what gets applied. Pods carry no volume: the store is an
+object store URL (`storage.location`) that every pod reaches with the credentials of the Secret
+named by `credentials_secret` (`envFrom`); a worker's only files are its own scratch.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ def _worker_spec(k8s: KubernetesConfig, pool_name: str, env: dict[str, str]) -> 
         env={**{name: str(pool.threads) for name in THREAD_VARIABLES}, **env},
         worker_command=_worker_command(pool_name, pool),
     )
+    _with_secret(spec, k8s.credentials_secret)
     if pool.node_selector:
         spec["spec"]["nodeSelector"] = dict(pool.node_selector)
     if pool.gpus:  # GPU nodes are commonly tainted so only GPU pods land there
@@ -66,6 +69,14 @@ def _worker_spec(k8s: KubernetesConfig, pool_name: str, env: dict[str, str]) -> 
             {"key": GPU_LIMIT, "operator": "Exists", "effect": "NoSchedule"}
         ]
     return spec
+
+
+def _with_secret(pod: dict[str, Any], secret: str | None) -> None:
+    """Every container of the pod spec gets the Secret's keys as environment variables."""
+    if secret is None:
+        return
+    for container in pod["spec"]["containers"]:
+        container.setdefault("envFrom", []).append({"secretRef": {"name": secret}})
 
 
 def kubernetes_specs(cfg: ClusterConfig) -> list[dict[str, Any]]:

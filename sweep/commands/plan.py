@@ -12,9 +12,11 @@ from pathlib import Path
 import yaml
 
 from storage import markers
+from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
+from storage.location import locate
 from sweep.balance import balance_lines, cluster_pools
-from sweep.cluster import describe_cluster, load_cluster_config
+from sweep.cluster import check_store_fits_cluster, describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
 from sweep.plan import ModelFacts, SweepPlan, build_plan
 from sweep.runner import error_line, gather_facts
@@ -53,11 +55,22 @@ def collect_facts(config: SweepConfig, *, progress: bool = False
     return facts, problems
 
 
+def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str]:
+    """The store's markers (None for a new store) and a word on its state: `new`, `exists:
+    resumes`, or why it cannot be reached."""
+    location = locate(config.store_ref)
+    try:
+        if location.read("zarr.json") is None:
+            return None, "new"
+        return markers.MarkerIndex(location), "exists: resumes"
+    except (InputError, EnvironmentFault) as error:
+        return None, f"cannot be reached: {error}"
+
+
 def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     """The plan as printable lines: per model, the baseline, totals and problems."""
-    lines = ["", f"store: {plan.config.store}"
-             + (" (exists: resumes)" if (plan.config.store / "zarr.json").exists() else
-                " (new)")]
+    index, state = _store_markers(plan.config)
+    lines = ["", f"store: {plan.config.store} ({state})"]
     header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
               f"{'heads':>5} {'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} "
               f"{'test work':>11}")
@@ -66,7 +79,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     for model in plan.models:
         tasks = [t for t in plan.tasks
                  if getattr(t, "model", None) == model.name and t.stage != NULLS_STAGE]
-        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
         total_bytes += model.attention_bytes
         total_work += model.work
         total_tasks += len(tasks)
@@ -78,7 +91,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     if plan.baseline is not None:
         b = plan.baseline
         tasks = [t for t in plan.tasks if t.stage == "baseline"]
-        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
         total_work += b.work
         total_tasks += len(tasks)
         lines.append(
@@ -89,7 +102,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
     if plan.matched_nulls is not None:
         m = plan.matched_nulls
         tasks = [t for t in plan.tasks if t.stage == NULLS_STAGE]
-        done = sum(markers.is_done(t.store, t.scope, t.marker) for t in tasks)
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
         total_tasks += len(tasks)
         lines.append(
             f"{'matched nulls':<20} {'nulls ' + str(len(m.nulls)):<14} {m.trials:>7} "
@@ -124,5 +137,10 @@ def plan(args: argparse.Namespace) -> int:
         cluster = load_cluster_config(args.cluster)
         print()
         print(describe_cluster(cluster))
+        try:
+            check_store_fits_cluster(cluster, config.store_ref)
+        except InputError as error:
+            print(f"\nthis cluster cannot run this sweep: {error}")
+            problems["cluster"] = str(error)
         print("\n".join(["", *balance_lines(sweep_plan, cluster_pools(cluster))]))
     return 1 if problems else 0

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from storage.errors import InputError, StoreDamagedError
 from storage.integrity import SIZE, damage_message, scan_store
+from storage.location import StoreLike, locate
 from storage.query import open_results
 from storage.store import open_root
+from sweep.commands.store_args import add_store_argument, store_ref
 from sweep.outputs import check_writable_folder
 from sweep.plots import write_plots
 from sweep.report import RENDERERS, build_report, render_csv, table_names
@@ -23,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Print the study's tables (headline, per layer, depth, special tokens, "
         "baseline, whole rollout) for a sweep store, partial or complete.",
     )
-    parser.add_argument("store", help="the sweep's Zarr store (a directory)")
+    add_store_argument(parser)
     parser.add_argument("--format", choices=sorted(RENDERERS), default="md",
                         help="md: all sections; csv: the per-layer rates; json: one object "
                         "(rates, summary, baseline and the other sections)")
@@ -37,10 +39,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def check_readable(store: Path) -> None:
-    """StoreDamagedError if the store is half-created or a done task's chunk files are missing
-    or resized (a stat per chunk; `sweep status --verify` also re-hashes them)."""
-    if not (store / "zarr.json").is_file():
+def check_readable(store: StoreLike) -> None:
+    """StoreDamagedError if the store is half-created or a done task's chunks are missing or
+    resized (one listing; `sweep status --verify` also re-hashes them)."""
+    if locate(store).read("zarr.json") is None:
         return  # not a store at all: `open_results` says so
     if "config" not in open_root(store).attrs:
         raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
@@ -55,7 +57,7 @@ def check_readable(store: Path) -> None:
 def run(args: argparse.Namespace) -> int:
     """Print the report of `args.store` on stdout; figures go to `args.plots`. Damage is one
     line (exit 4) naming the damaged variables, never a traceback."""
-    store = Path(args.store)
+    store = store_ref(args)
     check_readable(store)
     if args.plots is not None:
         check_writable_folder(args.plots, "--plots")

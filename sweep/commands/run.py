@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sweep.cluster import load_cluster_config, open_client
+from sweep.cluster import check_store_fits_cluster, load_cluster_config, open_client
 from sweep.config import default_config_path, load_config
 from sweep.devices import check_devices
 from sweep.graph import DaskExecutor
@@ -34,6 +34,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "mtime differs from its marker's: a deleted, resized or rewritten chunk "
                         "is found either way (its shard recomputed), but a same-size edit "
                         "whose mtime was kept or set back needs --verify")
+    parser.add_argument("--break-lock", action="store_true",
+                        help="object stores: take over the lease of a run that stopped renewing "
+                        "it (killed, or lost its network) before the lease expires by itself; "
+                        "refused while the lease is fresh unless --force")
+    parser.add_argument("--force", action="store_true",
+                        help="with --break-lock: break even a fresh lease (the other run, if it "
+                        "is alive, stops at its next renewal)")
     parser.set_defaults(func=run)
 
 
@@ -44,9 +51,11 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
+    if cluster is not None:
+        check_store_fits_cluster(cluster, config.store_ref)
     if cluster is None or cluster.kind == "local":
         check_devices(config)  # remote workers may have GPUs this machine lacks
-    with locked(config):
+    with locked(config, break_lock=args.break_lock, force=args.force):
         try:
             plan = materialise(config, progress=progress)
         except KeyboardInterrupt:

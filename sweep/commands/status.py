@@ -8,6 +8,7 @@ from dataclasses import asdict
 
 from storage.integrity import variable_of
 from storage.status import store_status
+from sweep.commands.store_args import add_store_argument, store_ref
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -16,7 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Show what a sweep store holds. Exit code 0 when everything is done, "
         "1 when tasks are pending or failed.",
     )
-    parser.add_argument("store", help="the sweep's Zarr store (a directory)")
+    add_store_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--verify", action="store_true",
                         help="re-hash every done task's chunks against its marker's checksums: "
@@ -25,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def status(args: argparse.Namespace) -> int:
-    stages = store_status(args.store, verify=args.verify)
+    stages = store_status(store_ref(args), verify=args.verify)
     if args.format == "json":
         print(json.dumps([asdict(s) | {"total": s.total} for s in stages], indent=1))
     else:

@@ -1,0 +1,44 @@
+# The image of a sweep's Dask workers (and scheduler) on Kubernetes or cloud VMs: this package
+# with its object-store extras, on a CPU base by default or a CUDA base by build argument.
+# A worker needs no shared folder: the store is an object store URL (docs/storage.md).
+#
+#   docker build -t REGISTRY/dobrushin-sweep:0.1.0 .
+#   docker build -t REGISTRY/dobrushin-sweep:0.1.0-cuda \
+#       --build-arg BASE=nvidia/cuda:13.0.1-cudnn-runtime-ubuntu24.04 \
+#       --build-arg TORCH_INDEX=https://pypi.org/simple .
+#   docker push REGISTRY/dobrushin-sweep:0.1.0
+#
+# The driver's torch, dask and distributed versions must match the image's (Dask refuses
+# mismatched versions): build the image from the same checkout you run `sweep run` from.
+ARG BASE=python:3.11-slim
+FROM ${BASE}
+
+# PyTorch's CPU-only wheels by default; a CUDA build takes the PyPI wheels (CUDA included).
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu
+
+ENV DEBIAN_FRONTEND=noninteractive \
+    PIP_NO_CACHE_DIR=1 \
+    PYTHONUNBUFFERED=1 \
+    HF_HUB_OFFLINE=1 \
+    DOBRUSHIN_CACHE=/tmp/dobrushin-cache \
+    PATH=/opt/venv/bin:$PATH
+
+# CUDA bases come without Python: install it (the python:3.11 base already has it).
+RUN if ! command -v python3 >/dev/null; then \
+        apt-get update && apt-get install -y --no-install-recommends python3 python3-venv \
+        && rm -rf /var/lib/apt/lists/*; \
+    fi \
+    && python3 -m venv /opt/venv
+
+WORKDIR /opt/dobrushin-sweep
+COPY pyproject.toml README.md ./
+COPY sweep ./sweep
+COPY workers ./workers
+COPY storage ./storage
+RUN pip install --index-url "$TORCH_INDEX" torch==2.14.1 torchvision==0.29.1 \
+    && pip install ".[s3,gcs,azure,kubernetes]"
+
+# Workers write nothing but their scratch (numba's cache, Dask's spill) under /tmp.
+RUN useradd --create-home --uid 1000 sweep
+USER sweep
+WORKDIR /home/sweep
