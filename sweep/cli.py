@@ -5,6 +5,10 @@ comes from `COMMANDS`) and sets `func` to a callable taking the parsed arguments
 an exit code. Every fault is one line on stderr with an exit code by cause (`sweep.faults`):
 1 a model that cannot deliver its attention, 2 bad input, 3 the environment (read-only or full
 disk, a missing device), 4 a damaged store, 130 Ctrl-C. docs/faults.md lists them.
+
+Ctrl-C exits 130 wherever it lands once `main` runs: the handler is installed before any import
+of this package's commands, and imports cannot replace it (`sweep.interrupts.sigint_pinned`).
+This module imports nothing heavy at the top so that `main` starts within milliseconds.
 """
 
 from __future__ import annotations
@@ -13,8 +17,7 @@ import argparse
 import importlib
 import sys
 
-from sweep.faults import classify
-from sweep.interrupts import remember_sigint, restore_sigint
+from sweep.interrupts import remember_sigint, restore_sigint, sigint_pinned
 
 # Command name -> one-line summary. Only the chosen command's module is imported (they pull in
 # torch, numba, dask...), so `sweep --help` and every command start fast.
@@ -55,16 +58,20 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command `argv` names (default: the process's arguments); its exit code."""
+    remember_sigint()  # first: Ctrl-C raises KeyboardInterrupt from here on
+    restore_sigint()
     words = sys.argv[1:] if argv is None else argv
     chosen = next((word for word in words if not word.startswith("-")), None)
-    remember_sigint()
     try:
-        args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
+        with sigint_pinned():  # the command's imports (dask_jobqueue) cannot swap the handler
+            from sweep.faults import classify
+
+            args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
     except KeyboardInterrupt:
         print(f"sweep {chosen or ''}: interrupted: while starting, nothing done".replace(
             "sweep :", "sweep:"), file=sys.stderr)
         return 130
-    restore_sigint()  # in case an import replaced it (dask_jobqueue: a silent exit(0))
     try:
         return int(args.func(args) or 0)
     except BaseException as error:  # noqa: BLE001 - every fault gets one line, by cause

@@ -1,12 +1,15 @@
-"""Ctrl-C that stops the sweep: the SIGINT handler the process started with, restored after
-imports replace it.
+"""Ctrl-C that stops the sweep: the SIGINT handler the process started with, installed first
+thing and pinned while imports run.
 
 `dask_jobqueue.runner` installs `signal.signal(SIGINT, lambda *_: sys.exit())` when imported, so
 Ctrl-C would raise `SystemExit(None)` (exit 0, no message). `sweep.cli.main` calls
-`remember_sigint()` first and `restore_sigint()` after the command's imports (and
-`sweep.clusters.slurm` after its lazy import of dask_jobqueue): Python's own handler raises
-KeyboardInterrupt, which `main` turns into one line and exit code 130. A process started with
-SIGINT ignored (`nohup`, a background job of a script) keeps ignoring it. `Interrupted` carries
+`remember_sigint()` and `restore_sigint()` before anything else and imports the command inside
+`sigint_pinned()` (so does `sweep.clusters.slurm` around its lazy import of dask_jobqueue), where
+an attempt to replace the SIGINT handler is refused: there is no moment after `main` starts at
+which Ctrl-C does anything but raise KeyboardInterrupt, which `main` turns into one line and exit
+code 130. A process started with SIGINT ignored (`nohup cmd &` from a script, whose background
+jobs start with SIGINT ignored) keeps ignoring it: a test that means to interrupt a child sets
+the child's disposition itself. `Interrupted` carries
 the one-line summary of what finished. A KeyboardInterrupt raised inside a callback that cannot
 pass it on (llvmlite's object cache while numba compiles) is remembered and acted on between
 tasks; Python's report of it ("Exception ignored in ...", a traceback) is left out, and so is
@@ -18,6 +21,8 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 
@@ -86,3 +91,25 @@ def restore_sigint() -> None:
             _quiet_swallowed_interrupt.previous = sys.unraisablehook
             sys.unraisablehook = _quiet_swallowed_interrupt
     signal.signal(signal.SIGINT, handler)
+
+
+@contextmanager
+def sigint_pinned() -> Iterator[None]:
+    """Within the block, `signal.signal(SIGINT, ...)` leaves the SIGINT handler as it is (and
+    returns it): an import cannot swap Ctrl-C for its own handler, not even for an instant. Other
+    signals are untouched; a no-op outside the main thread."""
+    if not _main_thread():
+        yield
+        return
+    real = signal.signal
+
+    def refuse_sigint(signum: int, handler: Any) -> Any:
+        if signum == signal.SIGINT:
+            return signal.getsignal(signal.SIGINT)
+        return real(signum, handler)
+
+    signal.signal = refuse_sigint
+    try:
+        yield
+    finally:
+        signal.signal = real

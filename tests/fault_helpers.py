@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import signal
 from pathlib import Path
 
 REPO = Path(__file__).parents[1]
@@ -48,6 +49,13 @@ def tree_digest(path: Path) -> str:
 def env() -> dict[str, str]:
     """Environment of a `python -m sweep` subprocess."""
     return {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1"}
+
+
+def default_sigint() -> None:
+    """`preexec_fn` of a child a test means to Ctrl-C: SIGINT's default disposition, whatever
+    this process inherited (a background job of a script, `nohup cmd &`, starts with SIGINT
+    ignored, and so would its children: they would run to the end and exit 0)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def one_stderr_line(err: str) -> str:

@@ -15,6 +15,7 @@ import pytest
 
 from sweep.config import parse_config
 from sweep.plan import BaselineTask, build_plan
+from tests.fault_helpers import default_sigint
 from workers.baseline import BLOCK, BlockSpan, baseline_blocks, chunk_span, run_baseline
 
 REPO = Path(__file__).resolve().parent.parent
@@ -75,7 +76,8 @@ def test_ctrl_c_stops_a_huge_baseline_with_exit_130_and_one_line(tmp_path):
         # surface as numba's SystemError
         [sys.executable, "-m", "sweep", "baseline", "--sizes", "256", "--trials", "1e12",
          "--null", "all"],
-        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        preexec_fn=default_sigint)
     err = bytearray()
     reader = threading.Thread(target=lambda: _drain(process.stderr, err), daemon=True)
     reader.start()

@@ -28,6 +28,7 @@ from sweep.plan import model_config_inputs
 from sweep.runner import InProcessExecutor, run_sweep
 from tests.fault_helpers import (
     LINES,
+    default_sigint,
     env,
     one_stderr_line,
     store_arrays,
@@ -64,7 +65,8 @@ def test_ctrl_c_during_run_exits_130_with_a_summary_and_the_lock_released(tmp_pa
     store = tmp_path / "sweep.zarr"
     driver = subprocess.Popen(
         [sys.executable, "-m", "sweep", "run", str(path), *executor, "--no-progress"],
-        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        cwd=tmp_path, env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=default_sigint)
     try:
         deadline = time.monotonic() + 240
         while not list((store / ".sweep" / "markers").rglob("*.done")):
@@ -90,7 +92,7 @@ def test_ctrl_c_during_plan_exits_130(tmp_path):
     driver = subprocess.Popen(
         [sys.executable, "-m", "sweep", "plan", str(path)], cwd=tmp_path,
         env={**env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-        text=True)
+        text=True, preexec_fn=default_sigint)
     try:
         for line in driver.stdout:  # the resolved config comes first, then the sizing
             if line.startswith("baseline:"):

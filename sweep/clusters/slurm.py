@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from sweep.interrupts import restore_sigint
+from sweep.interrupts import sigint_pinned
 
 if TYPE_CHECKING:
     from dask_jobqueue import SLURMCluster
@@ -103,11 +103,10 @@ def check_job_scripts(slurm: SlurmConfig) -> None:
 
 
 def _jobqueue() -> Any:
-    """`dask_jobqueue.slurm`, imported on first use: its import replaces the SIGINT handler with
-    a silent `sys.exit()` (exit 0 on Ctrl-C), so Python's handler is put back right after."""
-    import dask_jobqueue.slurm
-
-    restore_sigint()
+    """`dask_jobqueue.slurm`, imported on first use: its import would replace the SIGINT handler
+    with a silent `sys.exit()` (exit 0 on Ctrl-C), so it runs with the handler pinned."""
+    with sigint_pinned():
+        import dask_jobqueue.slurm
     return dask_jobqueue.slurm
 
 
