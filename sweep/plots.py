@@ -21,16 +21,31 @@ MARGIN_FLOOR = 1e-17  # margins at or below this (exact zeros included) share th
 TOKEN_SET_LABELS = {name: reading_label(name) for name in TOKEN_SETS}  # names the reading
 
 
-def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:
-    """Write depth.png, baseline.png (when the store has a baseline) and margins.png."""
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+CAPTIONS = {
+    "depth.png": "Holding rate by relative depth, per model and reading (bands: 95% Wilson).",
+    "margins.png": "Distribution of the margins bound - κ(M) per model and reading "
+                   "(0 = bound tight).",
+    "baseline.png": "Random row-stochastic matrices: holding rate against n, with the models' "
+                    "median n marked.",
+}
+
+
+def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
+    """The figures by file name: depth.png, margins.png, and baseline.png when the store has a
+    baseline (captions in `CAPTIONS`)."""
     tol = report.tol if report.tol is not None else report.sweep_tol
     figures = {"depth.png": depth_figure(report), "margins.png": margin_figure(tree, tol)}
     if not report.baseline.empty:
         figures["baseline.png"] = baseline_figure(report)
+    return figures
+
+
+def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:
+    """Write depth.png, baseline.png (when the store has a baseline) and margins.png."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for name, figure in figures.items():
+    for name, figure in report_figures(tree, report).items():
         path = out_dir / name
         figure.savefig(path, dpi=120, bbox_inches="tight")
         paths.append(path)

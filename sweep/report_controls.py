@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from sweep.controls import control_pairs
+from workers.token_kinds import reading_label
 
 COLUMNS = ["model", "control", "token_set", "holding", "inputs", "rate", "control_holding",
            "control_inputs", "control_rate", "difference", "ci_low", "ci_high"]
@@ -74,11 +75,12 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
            "independent trials).", ""]
     if table.empty:
         return [*out, "(no model with a control in this store)", ""]
-    out += ["| model | control | token set | trained k/n | trained rate | control k/n | "
+    out += ["| model | control | reading | trained k/n | trained rate | control k/n | "
             "control rate | difference [95% CI] |", "|---|---|---|---|---|---|---|---|"]
     for r in table.to_dict("records"):
         out.append(
-            f"| {r['model']} | {r['control']} | {r['token_set']} | {r['holding']}/{r['inputs']} "
+            f"| {r['model']} | {r['control']} | {reading_label(r['token_set'])} | "
+            f"{r['holding']}/{r['inputs']} "
             f"| {_percent(r['rate'])} | {r['control_holding']}/{r['control_inputs']} | "
             f"{_percent(r['control_rate'])} | {_points(r['difference'])} "
             f"[{_points(r['ci_low'])}, {_points(r['ci_high'])}] |"

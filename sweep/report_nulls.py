@@ -22,6 +22,7 @@ import xarray as xr
 from storage.query import model_names
 from storage.query_nulls import matched_null_table
 from storage.statistics import wilson_interval
+from workers.token_kinds import reading_label
 
 LIFT_COLUMNS = ["observed_inputs", "observed_holding", "observed_rate", "lift", "lift_ci_low",
                 "lift_ci_high"]
@@ -72,13 +73,13 @@ def lift_lines(table: pd.DataFrame) -> list[str]:
     if table.empty:
         return ["(no size-matched nulls in this store)", ""]
     nulls = list(dict.fromkeys(table["null"]))
-    lines = ["| model | token set | observed | " + " | ".join(nulls) + " |",
+    lines = ["| model | reading | observed | " + " | ".join(nulls) + " |",
              "|" + "---|" * (3 + len(nulls))]
     for (model, token_set), group in table.groupby(["model", "token_set"], sort=False):
         by_null = {r["null"]: r for r in group.to_dict("records")}
         first = next(iter(by_null.values()))
         observed = first["observed_rate"]
-        cells = [model, str(token_set), "–" if not math.isfinite(observed) else
+        cells = [model, reading_label(str(token_set)), "–" if not math.isfinite(observed) else
                  f"{100 * observed:.1f}% ({first['observed_holding']}/{first['observed_inputs']})"]
         for null in nulls:
             r = by_null.get(null)

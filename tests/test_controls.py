@@ -157,7 +157,7 @@ def test_controls_in_json_and_markdown(report):
     assert {s["model"] for s in document["summary"]} >= {"m@random-init", "orphan@random-init"}
     text = render_markdown(report)
     assert "## Controls: trained model against its random initialisation" in text
-    assert "| m | m@random-init | all | 56/70 | 80.0% | 48/80 | 60.0% | +20.0 pp " \
+    assert "| m | m@random-init | all (A) | 56/70 | 80.0% | 48/80 | 60.0% | +20.0 pp " \
         "[+5.2 pp, +33.4 pp] |" in text
 
 

@@ -176,7 +176,7 @@ def test_report_sets_each_observed_rate_beside_its_nulls(store, capsys):
     assert (row["lift"], row["lift_ci_low"], row["lift_ci_high"]) == (delta, low, high)
     markdown = render_markdown(report)
     headline = markdown.split("## 2.")[0]
-    assert "| model | token set | observed | uniform | softmax-b4 |" in headline
+    assert "| model | reading | observed | uniform | softmax-b4 |" in headline
     assert f"{100 * row['rate']:.1f}%, lift {100 * delta:+.1f}" in headline
     document = json.loads(render_json(report))
     record = next(r for r in document["nulls"]

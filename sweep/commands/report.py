@@ -1,4 +1,5 @@
-"""`sweep report STORE [--format md|csv|json] [--plots DIR] [--tol T]`: the study's tables."""
+"""`sweep report STORE [--format md|csv|json] [--html FILE] [--plots DIR] [--tol T]`: the study's
+tables, in the terminal or as one self-contained HTML page."""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from storage.query import open_results
 from storage.store import open_root
 from sweep.commands.store_args import add_store_argument, store_ref
 from sweep.outputs import check_writable_folder
-from sweep.plots import write_plots
+from sweep.plots import CAPTIONS, report_figures, write_plots
 from sweep.report import RENDERERS, build_report, render_csv, table_names
+from sweep.report_html import render_html
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -26,9 +28,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "baseline, whole rollout) for a sweep store, partial or complete.",
     )
     add_store_argument(parser)
-    parser.add_argument("--format", choices=sorted(RENDERERS), default="md",
-                        help="md: all sections; csv: the per-layer rates; json: one object "
-                        "(rates, summary, baseline and the other sections)")
+    parser.add_argument("--format", choices=sorted(RENDERERS),
+                        help="md (the default without --html): all sections; csv: the per-layer "
+                        "rates; json: one object (rates, summary, baseline and the other "
+                        "sections)")
+    parser.add_argument("--html", metavar="FILE", type=Path,
+                        help="write the whole report with its figures as one self-contained HTML "
+                        "page (opens offline); stdout then carries --format only if given")
     parser.add_argument("--table", choices=table_names(), default="rates",
                         help="with --format csv: which table (default: the per-layer rates; "
                         "controls: each model against its random-init control)")
@@ -54,6 +60,13 @@ def check_readable(store: StoreLike) -> None:
 
 
 
+def check_html_path(path: Path) -> None:
+    """InputError if `path` is a folder; the checks of `check_writable_folder` on its folder."""
+    if path.is_dir():
+        raise InputError(f"--html {path}: is a folder; give a file path such as report.html")
+    check_writable_folder(path.parent if str(path.parent) else Path("."), "--html")
+
+
 def run(args: argparse.Namespace) -> int:
     """Print the report of `args.store` on stdout; figures go to `args.plots`. Damage is one
     line (exit 4) naming the damaged variables, never a traceback."""
@@ -61,16 +74,24 @@ def run(args: argparse.Namespace) -> int:
     check_readable(store)
     if args.plots is not None:
         check_writable_folder(args.plots, "--plots")
+    if args.html is not None:
+        check_html_path(args.html)
+    fmt = args.format or ("md" if args.html is None else None)
     try:
         with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
             tree = open_results(store)
             report = build_report(tree, store=str(args.store), tol=args.tol)
-            if args.format == "csv":
+            if fmt == "csv":
                 text = render_csv(report, args.table)
             else:
-                text = RENDERERS[args.format](report)
+                text = RENDERERS[fmt](report) if fmt else ""
             written = write_plots(tree, report, args.plots) if args.plots is not None else []
+            if args.html is not None:
+                figures = {name: (figure, CAPTIONS[name])
+                           for name, figure in report_figures(tree, report).items()}
+                args.html.write_text(render_html(report, figures), encoding="utf-8")
+                written.append(args.html)
     except (InputError, OSError, KeyboardInterrupt):
         raise
     except Exception:  # a chunk that does not decode: name it if the checksums do
