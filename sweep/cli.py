@@ -29,6 +29,7 @@ COMMANDS: dict[str, str] = {
     "run": "run a sweep config into its Zarr store (resumes an existing store)",
     "status": "done/pending/failed shards of a store, per model and stage",
     "report": "tables and figures of a sweep store",
+    "show": "one input up close: per layer its verdict and the pair of tokens attaining kappa",
 }
 
 

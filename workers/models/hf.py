@@ -288,6 +288,18 @@ def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torc
     return HFExtractor(spec, device, dtype)
 
 
+def token_texts(spec: ModelSpec, text: str) -> list[str] | None:
+    """The tokens the model's tokenizer makes of `text` (special tokens included, as extraction
+    tokenizes it), from the tokenizer alone (no weights); None for an image model."""
+    if spec.modality != "text":
+        return None
+    shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
+    shell.spec, shell.config = spec, _config(spec)
+    shell._set_up_preprocessing()
+    ids = shell._tokenize([text])["input_ids"][0]
+    return [str(token) for token in shell.tokenizer.convert_ids_to_tokens(ids)]
+
+
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     """Layers and heads (the config's) and tokens of `spec`, from its config, tokenizer or image
     processor alone: the adapter's own preprocessing on an adapter that has no model (no weights
