@@ -58,8 +58,6 @@ def check_readable(store: StoreLike) -> None:
         raise StoreDamagedError(damage_message(store, damaged))
 
 
-
-
 def check_html_path(path: Path) -> None:
     """InputError if `path` is a folder; the checks of `check_writable_folder` on its folder."""
     if path.is_dir():
