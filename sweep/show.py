@@ -21,7 +21,7 @@ import numpy as np
 from storage.errors import InputError
 from storage.layout import MEAN_HEAD, RESULTS_GROUP, ResultStatus
 from storage.location import StoreLike
-from storage.store import open_model, open_root, read_attention
+from storage.store import open_model, open_root
 from workers.equality import DEFAULT_TOL, restrict
 from workers.readings import stochastic_complement
 from workers.token_kinds import TOKEN_SETS, TokenKind, keep_mask, reading_label
@@ -116,8 +116,7 @@ def read_input(store: StoreLike, model: str, input_id: str, *, layers: list[int]
         raise InputError(f"model {model!r} input {input_id!r}: not extracted yet (its shard has "
                          "not run); `sweep status` says what is pending")
     kinds = np.asarray(group["token_kind"][index, :n], dtype=np.int8)
-    stack = read_attention(group["attention"], index, index + 1)[0]  # (layer, head, T, T)
-    attention = stack[layers, heads.index(head), :n, :n]  # (layers shown, n, n)
+    attention = _read_attention(group["attention"], index, layers, heads.index(head), n)
     values = _result_values(group, index, heads.index(head), token_sets.index(token_set))
     tol = open_root(store).attrs.get("config", {}).get("tol")
     rows = tuple(
@@ -127,6 +126,15 @@ def read_input(store: StoreLike, model: str, input_id: str, *, layers: list[int]
     )
     return InputView(model, input_id, index, len(ids), head, token_set, kinds, attention, rows,
                      tol)
+
+
+def _read_attention(array, index: int, layers: list[int], head: int, n: int) -> np.ndarray:
+    """(layers shown, n, n) float32: one head of one input, layer by layer (never the whole
+    stack: every head of a large model at 518 px is gigabytes); a group written before the head
+    dimension has (input, layer, query, key) and its one head."""
+    if len(array.shape) == 4:
+        return np.stack([array[index, layer, :n, :n] for layer in layers])
+    return np.stack([array[index, layer, head, :n, :n] for layer in layers])
 
 
 def _result_values(group, index: int, head: int, token_set: int) -> dict[str, np.ndarray]:

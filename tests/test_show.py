@@ -18,8 +18,9 @@ import pytest
 import zarr
 
 from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
+from sweep import show
 from sweep.cli import main
-from sweep.show import attaining_pair, read_input, render_table, tested_matrix
+from sweep.show import attaining_pair, read_input, render_table
 from tests.store_fixtures import FixtureModel, write_store
 from workers.tasks import evaluate_input
 from workers.token_kinds import TokenKind
@@ -150,12 +151,12 @@ def test_a_store_on_s3_shows_the_same(store, s3_bucket, capsys):
 def test_the_tested_matrix_is_the_readings_own():
     a = FAILS
     content = np.array([1, 2, 3])
-    matrix, kept = tested_matrix(a, KINDS, "content")
+    matrix, kept = show.tested_matrix(a, KINDS, "content")
     np.testing.assert_allclose(matrix, a[1:, 1:] / a[1:, 1:].sum(axis=1, keepdims=True))
     np.testing.assert_array_equal(kept, content)
-    matrix, kept = tested_matrix(a, KINDS, "content-pairs")
+    matrix, kept = show.tested_matrix(a, KINDS, "content-pairs")
     np.testing.assert_allclose(matrix, a)  # pairs in C, full rows of A
-    matrix, kept = tested_matrix(a, KINDS, "content-complement")
+    matrix, kept = show.tested_matrix(a, KINDS, "content-complement")
     s = a[0, 1:] / (1 - a[0, 0])  # one special token: A_CC + A_CS (1 - A_SS)^-1 A_SC
     np.testing.assert_allclose(matrix, a[1:, 1:] + np.outer(a[1:, 0], s))
     np.testing.assert_array_equal(kept, content)
