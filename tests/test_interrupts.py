@@ -128,3 +128,15 @@ def test_an_llvmlite_object_the_interrupt_left_half_built_is_finalised_without_a
     interrupts._received.set()
     ffi.ObjectRef.__new__(ffi.ObjectRef)
     assert capsys.readouterr().err == ""
+
+
+def test_importing_dask_jobqueue_for_slurm_leaves_ctrl_c_alone(python_sigint, monkeypatch):
+    """The real import (forgotten first, so that it runs again) inside `_jobqueue`, which pins
+    the handler: dask_jobqueue's `lambda *_: sys.exit()` is never installed."""
+    from sweep.clusters import slurm
+
+    for name in [name for name in sys.modules if name.startswith("dask_jobqueue")]:
+        monkeypatch.delitem(sys.modules, name)
+    slurm._jobqueue()
+    assert "dask_jobqueue.runner" in sys.modules  # the module that swaps the handler ran
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
