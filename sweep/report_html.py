@@ -3,9 +3,11 @@ figures inline.
 
 The page is the Markdown report (`sweep.report.render_markdown`: the same tables, computed once)
 turned into HTML by `markdown_to_html`, which knows exactly the subset that renderer writes:
-`#`/`##` headings, paragraphs, pipe tables and `code`. Tables longer than `LONG_TABLE` rows sit
-in a `<details>` element, collapsed. Figures are PNGs as base64 `data:` URLs and the style sheet is
-inline: the page opens offline, and can be mailed as one file. No script runs in it.
+`#`/`##` headings, paragraphs, pipe tables and `code`. From the per-layer section on, tables
+longer than `LONG_TABLE` rows sit in a `<details>` element, collapsed; the headline's tables
+(rates, controls, nulls) stay open whatever their length. Figures are PNGs as base64 `data:`
+URLs and the style sheet is inline: the page opens offline, and can be mailed as one file. No
+script runs in it.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from matplotlib.figure import Figure
 from sweep.report import Report, render_markdown
 
 LONG_TABLE = 12  # tables with more body rows than this are collapsed
-FIGURES_BEFORE = "2."  # the figures section goes before the section whose heading starts so
+DETAILS_FROM = "2."  # heading that starts the detail sections (long tables collapse from here)
 
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif; color: #1b1b1b;
@@ -46,11 +48,11 @@ figcaption { font-size: 13px; color: #555; }
 def render_html(report: Report, figures: dict[str, tuple[Figure, str]] | None = None) -> str:
     """The page: the Markdown report's sections as HTML, and `figures` (name -> (figure,
     caption)) inline before the per-layer section."""
-    body = markdown_to_html(render_markdown(report).splitlines())
+    body = markdown_to_html(render_markdown(report).splitlines(), collapse_from=DETAILS_FROM)
     if figures:
         gallery = ["<h2>Figures</h2>"] + [figure_html(figure, name, caption)
                                            for name, (figure, caption) in figures.items()]
-        marker = f"<h2>{html.escape(FIGURES_BEFORE)}"
+        marker = f"<h2>{html.escape(DETAILS_FROM)}"
         at = body.find(marker)
         body = (body[:at] + "\n".join(gallery) + "\n" + body[at:] if at >= 0
                 else body + "\n" + "\n".join(gallery))
@@ -71,17 +73,19 @@ def figure_html(figure: Figure, name: str, caption: str) -> str:
             f"<figcaption>{html.escape(caption)}</figcaption></figure>")
 
 
-def markdown_to_html(lines: list[str]) -> str:
+def markdown_to_html(lines: list[str], collapse_from: str | None = None) -> str:
     """HTML of the Markdown subset the report writes: `# `/`## ` headings, paragraphs (blocks of
-    text lines), pipe tables (a header row, a `|---|` row, body rows) and inline `code`."""
+    text lines), pipe tables (a header row, a `|---|` row, body rows) and inline `code`. Long
+    tables collapse; with `collapse_from`, only after the first heading that starts with it."""
     out: list[str] = []
     block: list[str] = []
+    collapsing = collapse_from is None
 
     def flush() -> None:
         if not block:
             return
         if block[0].startswith("|"):
-            out.append(_table_html(block))
+            out.append(_table_html(block, collapsible=collapsing))
         else:
             out.append(f"<p>{_inline(' '.join(block))}</p>")
         block.clear()
@@ -90,6 +94,7 @@ def markdown_to_html(lines: list[str]) -> str:
         heading = re.match(r"^(#{1,2}) (.*)$", line)
         if heading:
             flush()
+            collapsing = collapsing or heading.group(2).startswith(collapse_from)
             level = len(heading.group(1))
             out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
         elif not line.strip():
@@ -107,15 +112,16 @@ def _cells(row: str) -> list[str]:
     return [cell.strip() for cell in row.strip().strip("|").split("|")]
 
 
-def _table_html(rows: list[str]) -> str:
-    """A pipe table as `<table>`, inside a collapsed `<details>` when it is long."""
+def _table_html(rows: list[str], collapsible: bool = True) -> str:
+    """A pipe table as `<table>`, inside a collapsed `<details>` when it is long and
+    `collapsible`."""
     header, body = _cells(rows[0]), [_cells(r) for r in rows[2:]]
     head = "".join(f"<th>{_inline(c)}</th>" for c in header)
     cells = "\n".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
                       for row in body)
     table = (f"<div class=\"wrap\"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{cells}\n"
              "</tbody></table></div>")
-    if len(body) <= LONG_TABLE:
+    if len(body) <= LONG_TABLE or not collapsible:
         return table
     return (f"<details><summary>{len(body)} rows: {html.escape(', '.join(header[:3]))}, ... "
             f"(click to show)</summary>\n{table}\n</details>")

@@ -129,6 +129,16 @@ def test_long_tables_are_collapsed_and_short_ones_are_not():
     assert html.startswith("<h1>title</h1>\n<p>some <code>code</code> text</p>")
 
 
+def test_the_headline_tables_stay_open_however_long():
+    def table(rows: int) -> list[str]:
+        return ["| a | b |", "|---|---|", *[f"| {i} | {i} |" for i in range(rows)], ""]
+
+    long = table(LONG_TABLE + 5)
+    html = markdown_to_html(["## 1. Headline", *long, "## Controls", *long, "## 2. Per layer",
+                             *long, "## 3. Depth", *long], collapse_from="2.")
+    assert [t["in_details"] for t in Page(html).tables] == [False, False, True, True]
+
+
 def test_markup_in_names_is_escaped():
     html = markdown_to_html(["| model |", "|---|", "| <b>evil</b> & co |"])
     assert "&lt;b&gt;evil&lt;/b&gt; &amp; co" in html and "<b>" not in html
