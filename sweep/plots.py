@@ -223,7 +223,7 @@ def margin_figure(tree: xr.DataTree, tol: float | None = None) -> Figure:
 def _log_margins(tree: xr.DataTree, name: str | None, token_set: str) -> np.ndarray | None:
     """log10 of the model's margins with a verdict on `token_set`, clipped to [MARGIN_FLOOR, 1];
     None when there is no such model or token set."""
-    if name is None or token_set not in tree[name]["token_set"].values:
+    if name not in tree.children or token_set not in tree[name]["token_set"].values:
         return None
     cell = tree[name].to_dataset().sel(token_set=token_set)
     margin = cell["margin"].where(ok(cell)).values.ravel()
