@@ -20,10 +20,13 @@ SNIPPET = 160  # characters of a text input shown
 
 @dataclass(frozen=True)
 class InputAbout:
-    """One line saying what the input was, and a label per token where one is known."""
+    """One line saying what the input was, a label per token where one is known, and for an
+    image the picture the model saw with its patch size."""
 
     line: str
     labels: list[str] | None = None
+    picture: np.ndarray | None = None  # (H, W, 3) uint8: the processor's resize and crop
+    patch: int | None = None  # pixels per patch side of `picture`
 
 
 def describe_input(attrs: dict[str, Any], input_id: str, kinds: np.ndarray) -> InputAbout:
@@ -49,8 +52,9 @@ def describe_input(attrs: dict[str, Any], input_id: str, kinds: np.ndarray) -> I
         root = getattr(dataset, "root", None)
         where = str(Path(root) / input_id) if root is not None else \
             f"{input_id} ({spec.source})"
+        picture, patch = _seen(attrs, item)
         return InputAbout(f"image {where} ({item.size[0]}×{item.size[1]} px)",
-                          _patch_labels(kinds))
+                          _patch_labels(kinds), picture, patch)
     row = np.asarray(item, dtype=np.float64)
     names = getattr(getattr(dataset, "table", None), "feature_names", None) or \
         [f"x{k}" for k in range(row.size)]
@@ -69,6 +73,20 @@ def _text_labels(attrs: dict[str, Any], text: str, n_tokens: int) -> list[str] |
     except Exception:  # noqa: BLE001 - no tokenizer here: the kinds alone are shown
         return None
     return labels if labels is not None and len(labels) == n_tokens else None
+
+
+def _seen(attrs: dict[str, Any], image: Any) -> tuple[np.ndarray | None, int | None]:
+    """The picture the model saw and its patch size, where the model's family can say (Hugging
+    Face image models: `workers.models.hf.seen_image`); (None, None) otherwise."""
+    try:
+        from workers.models import ModelSpec, family_module
+
+        spec = ModelSpec(**attrs["model_spec"])
+        seen = getattr(family_module(spec), "seen_image", None)
+        result = None if seen is None else seen(spec, image)
+    except Exception:  # noqa: BLE001 - no processor here: the heat map alone is drawn
+        return None, None
+    return (None, None) if result is None else result
 
 
 def _patch_labels(kinds: np.ndarray) -> list[str] | None:

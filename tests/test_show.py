@@ -16,12 +16,17 @@ import matplotlib.image
 import numpy as np
 import pytest
 import zarr
+from matplotlib.figure import Figure
+from PIL import Image
 
 from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
 from sweep import show
 from sweep.cli import main
 from sweep.show import attaining_pair, read_input, render_table
+from sweep.show_figure import draw_patches, patch_grid
 from tests.store_fixtures import FixtureModel, write_store
+from workers.models import family_module, resolve_model
+from workers.models.token_layout import token_layout
 from workers.tasks import evaluate_input
 from workers.token_kinds import TokenKind
 
@@ -160,3 +165,20 @@ def test_the_tested_matrix_is_the_readings_own():
     s = a[0, 1:] / (1 - a[0, 0])  # one special token: A_CC + A_CS (1 - A_SS)^-1 A_SC
     np.testing.assert_allclose(matrix, a[1:, 1:] + np.outer(a[1:, 0], s))
     np.testing.assert_array_equal(kept, content)
+
+
+def test_an_image_is_drawn_as_the_model_saw_it_with_the_pairs_patches_outlined():
+    spec = resolve_model("tiny-dinov2-reg")  # CLS, 4 registers, then the patches
+    image = Image.fromarray(np.random.default_rng(1).integers(0, 255, (90, 120, 3), np.uint8))
+    picture, patch = family_module(spec).seen_image(spec, image)
+    tokens = token_layout(spec).tokens
+    kinds = np.array([TokenKind.CLS] + [TokenKind.REGISTER] * 4
+                     + [TokenKind.CONTENT] * (tokens - 5), dtype=np.int8)
+    first, rows, columns = patch_grid(kinds, picture, patch)
+    assert (first, rows * columns, picture.dtype) == (5, tokens - 5, np.uint8)
+    ax = Figure().subplots()
+    draw_patches(ax, picture, patch, (first, rows, columns), (0, first + columns + 1))
+    (outline,) = ax.patches  # CLS has no patch; token first + columns + 1 is patch (1, 1)
+    assert outline.get_xy() == (patch - 0.5, patch - 0.5)
+    assert "tokens 0 are special (no patch)" in ax.get_title()
+    assert patch_grid(kinds[:-1], picture, patch) is None  # tokens that do not tile it

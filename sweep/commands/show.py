@@ -60,8 +60,8 @@ def run(args: argparse.Namespace) -> int:
         from sweep.show_figure import heatmap_figure
 
         position = _drawn_layer(view, args.layer)
-        heatmap_figure(view, position, about.labels).savefig(args.png, dpi=120,
-                                                             bbox_inches="tight")
+        figure = heatmap_figure(view, position, about.labels, about.picture, about.patch)
+        figure.savefig(args.png, dpi=120, bbox_inches="tight")
         print(f"wrote {args.png} (layer {view.rows[position].layer})", file=sys.stderr)
     return 0
 

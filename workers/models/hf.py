@@ -300,6 +300,23 @@ def token_texts(spec: ModelSpec, text: str) -> list[str] | None:
     return [str(token) for token in shell.tokenizer.convert_ids_to_tokens(ids)]
 
 
+def seen_image(spec: ModelSpec, image: Any) -> tuple[np.ndarray, int] | None:
+    """The picture the model saw: the image processor's resize and crop of a PIL `image`,
+    neither rescaled nor normalised, as (H, W, 3) uint8, with the patch size in pixels (patches
+    are row-major after the special tokens); from the processor alone (no weights). None for a
+    text model."""
+    if spec.modality != "image":
+        return None
+    shell = HFExtractor.__new__(HFExtractor)  # the adapter's preprocessing, without a model
+    shell.spec, shell.config = spec, _config(spec)
+    shell._set_up_preprocessing()
+    pixels = shell.processor(images=[image], return_tensors="np", do_rescale=False,
+                             do_normalize=False, **shell.processor_kwargs)["pixel_values"][0]
+    patch = shell.config.patch_size
+    patch = int(patch if isinstance(patch, int) else patch[0])
+    return np.clip(np.asarray(pixels).transpose(1, 2, 0), 0, 255).astype(np.uint8), patch
+
+
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     """Layers and heads (the config's) and tokens of `spec`, from its config, tokenizer or image
     processor alone: the adapter's own preprocessing on an adapter that has no model (no weights
