@@ -3,9 +3,9 @@
 Float32 reductions split over torch's intra-op threads sum in an order that depends on the thread
 count, so a model trained (or a forward pass run) with 1 and with 2 threads differs in the last
 bits, and a verdict at the edge of the data's precision can flip. Inside `fixed_torch()` torch
-runs on `threads` intra-op threads (training also with deterministic algorithms); the process's own settings are
-restored when the last concurrent user leaves (the settings are process-wide, so every thread of
-a worker that enters asks for the same count).
+runs on `threads` intra-op threads (training also with deterministic algorithms); the process's
+own settings are restored when the last concurrent user leaves (the settings are process-wide,
+so every thread of a worker that enters asks for the same count).
 """
 
 from __future__ import annotations

@@ -21,9 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -50,8 +48,9 @@ from workers.models.ft_options import HEADS, measured_layers, training_options
 from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
-__all__ = ["FTExtractor", "checkpoint_key", "checkpoint_path", "ensure_checkpoint", "full_attention",
-           "model_dataset", "prepare", "split_indices", "token_layout", "train"]
+__all__ = ["FTExtractor", "checkpoint_key", "checkpoint_path", "ensure_checkpoint",
+           "full_attention", "model_dataset", "prepare", "read_checkpoint", "split_indices",
+           "token_layout", "train"]
 
 
 def checkpoint_key(spec: ModelSpec, table: Table) -> str:
