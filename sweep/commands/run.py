@@ -11,7 +11,13 @@ from sweep.config import default_config_path, load_config
 from sweep.devices import check_devices
 from sweep.graph import DaskExecutor
 from sweep.interrupts import Interrupted
-from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
+from sweep.runner import (
+    InProcessExecutor,
+    execute_plan,
+    locked,
+    materialise,
+    naming_the_store,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,4 +77,7 @@ def run(args: argparse.Namespace) -> int:
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")
+    fault = summary.fault()
+    if fault is not None:  # the user's input, the machine, a damaged store: one line, its code
+        raise naming_the_store(fault, config.store)
     return summary.exit_code
