@@ -20,15 +20,16 @@ from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
 from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
-from sweep.plan import baseline_plan, model_config_inputs
+from sweep.plan import baseline_plan, model_config_inputs, with_defaults
 from workers.inputs import open_dataset
 from workers.inputs.images import ImageFolder
 from workers.models import resolve_model
 
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
-CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout")
+CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout",
+               "batch_size", "device")
 """The keys of a model's fingerprint inputs that the config alone decides
-(`sweep.plan.config_inputs`; rollout only when not `every`)."""
+(`sweep.plan.config_inputs`; rollout, batch_size and device only when not the default)."""
 
 
 def check_store_path(store: StoreLike) -> bool:
@@ -132,7 +133,7 @@ def check_before_lock(config: SweepConfig) -> None:
         if name in groups:
             planned = model_config_inputs(config, name)
             stored = {k: v for k, v in groups[name]["inputs"].items() if k in CONFIG_KEYS}
-            lines = describe_changes(stored, planned)
+            lines = describe_changes(with_defaults(stored), with_defaults(planned))
             if lines:
                 problems.append((f"model {name!r}", [f"models.{name}.{x}" for x in lines]))
     baseline = _baseline_inputs(config)
@@ -154,6 +155,6 @@ def check_plan_fits_store(store: StoreLike, plan_inputs: dict[str, dict[str, Any
         if name in groups and groups[name]["fingerprint"] != fingerprint(inputs):
             prefix = "baseline." if name == BASELINE_GROUP else f"models.{name}."
             who = "the baseline" if name == BASELINE_GROUP else f"model {name!r}"
-            lines = describe_changes(groups[name]["inputs"], inputs)
+            lines = describe_changes(with_defaults(groups[name]["inputs"]), with_defaults(inputs))
             problems.append((who, [prefix + x for x in lines] or ["fingerprint differs"]))
     _refuse(store, problems)

@@ -266,3 +266,21 @@ def test_a_ctrl_c_swallowed_where_it_was_raised_still_stops_the_run(monkeypatch)
         pass  # swallowed, as a ctypes callback does
     with pytest.raises(KeyboardInterrupt):
         interrupts.raise_if_interrupted()
+
+
+@pytest.mark.parametrize("setting, change", [
+    ("batch_size: 2\n", 'models.rob.batch_size: 8 -> 2'),
+    ("device: cpu\n", 'models.rob.device: "auto" -> "cpu"'),
+    ("dtype: bfloat16\n", 'models.rob.dtype: "float32" -> "bfloat16"'),
+], ids=["batch_size", "device", "dtype"])
+def test_a_resume_with_another_batch_size_device_or_dtype_is_refused_by_name(
+        tmp_path, reference, capsys, setting, change):
+    """Each changes a model's attention in its last float bits (issue 22, item 2)."""
+    folder = copy_of(reference, tmp_path)
+    path = folder / "sweep.yaml"
+    path.write_text(path.read_text().replace("retries: 0\n", "retries: 0\n" + setting))
+    before = tree_digest(folder)
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert change in line and "different config" in line
+    assert tree_digest(folder) == before
