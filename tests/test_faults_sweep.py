@@ -147,7 +147,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     n_tokens = chunk(store, "rob/n_tokens", 2)
     rng = np.random.default_rng(0)
     n_tokens.write_bytes(rng.bytes(n_tokens.stat().st_size))  # garbage, same size
-    assert main(["status", str(store), "--verify"]) == 1
+    assert main(["status", str(store), "--verify"]) == 4
     out = capsys.readouterr().out
     assert "damaged rob test-00000: rob/results/kappa; rerun `sweep run`" in out
     assert "damaged rob extract-00001: rob/attention;" in out
@@ -284,3 +284,29 @@ def test_a_resume_with_another_batch_size_device_or_dtype_is_refused_by_name(
     line = one_stderr_line(capsys.readouterr().err)
     assert change in line and "different config" in line
     assert tree_digest(folder) == before
+
+
+def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
+        tmp_path, reference, capsys):
+    """What `sweep run` would find at start-up, `sweep status` finds without --verify: a deleted,
+    a truncated or a resized chunk, and a model group deleted whole (issue 22, items 6 and 7)."""
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    chunk(store, "rob/results/kappa", 0, 0, 0, 0).unlink()  # deleted
+    attention = chunk(store, "rob/attention", 2, 0, 0, 0, 0)
+    attention.write_bytes(attention.read_bytes()[:10])  # truncated
+    before = tree_digest(store)
+    assert main(["status", str(store)]) == 4
+    captured = capsys.readouterr()
+    damaged = [line for line in captured.out.splitlines() if line.startswith("damaged")]
+    assert damaged == [
+        "damaged rob extract-00001: rob/attention; rerun `sweep run` to recompute",
+        "damaged rob test-00000: rob/results/kappa; rerun `sweep run` to recompute"]
+    assert captured.err == "" and tree_digest(store) == before  # status writes nothing
+    shutil.rmtree(store / "rob")  # the whole model group
+    assert main(["status", str(store)]) == 4
+    captured = capsys.readouterr()
+    assert "missing rob: its group is gone from the store; rerun `sweep run`" in captured.out
+    assert captured.err == ""  # no KeyError traceback
+    assert main(["status", str(store), "--format", "json"]) == 4
+    assert '"missing": true' in capsys.readouterr().out
