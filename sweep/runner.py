@@ -288,6 +288,19 @@ class InProcessExecutor:
         return error
 
 
+def interrupted_run(plan: SweepPlan, skipped: int) -> Interrupted:
+    """`Interrupted` with the done tasks counted from the store's markers now, as a rerun will
+    count them: call it once the workers have stopped (tasks still running at the Ctrl-C write
+    their markers until then). `skipped`: tasks done before this run."""
+    index = markers.MarkerIndex(plan.config.store_ref)
+    done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
+    error = Interrupted(
+        f"{done} of {len(plan.tasks)} tasks done ({done - skipped} in this run), "
+        f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to resume")
+    error.skipped = skipped
+    return error
+
+
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                  verify: bool = False) -> RunSummary:
     """Run every pending task of `plan` (`verify`: see `pending_tasks`); failed markers for
@@ -305,13 +318,7 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                                                      progress)
         raise_if_interrupted()
     except KeyboardInterrupt:
-        index = markers.MarkerIndex(plan.config.store_ref)
-        done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
-        raise Interrupted(
-            f"{done} of {len(plan.tasks)} tasks done ({done - len(summary.skipped)} in this run), "
-            f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to "
-            f"resume"
-        ) from None
+        raise interrupted_run(plan, len(summary.skipped)) from None
     by_key = {t.key: t for t in pending}
     raised_by = getattr(executor, "errors", {})
     unwritten: OSError | None = None  # a failed marker the store did not take (a full disk)

@@ -81,8 +81,18 @@ def test_ctrl_c_during_run_exits_130_with_a_summary_and_the_lock_released(tmp_pa
     assert last.startswith("sweep run: interrupted: ") and "of 40 tasks done" in last, err
     assert "unlocked; rerun to resume" in last and "Traceback" not in err
     assert "CancelledError" not in err
+    done = int(last.split("interrupted: ")[1].split(" of ")[0])
+    assert done == len(list((store / ".sweep" / "markers").rglob("*.done")))  # as a rerun sees
     with StoreLock(store):  # free again
         pass
+
+
+def test_a_negative_tolerance_in_exponent_form_is_a_value_not_a_flag(tmp_path, capsys):
+    np.save(tmp_path / "eye.npy", np.eye(3)[None])
+    for words in (["--tol", "-1e-9"], ["--tol=-1e-9"]):
+        assert main(["check", str(tmp_path / "eye.npy"), *words]) == 2
+        line = one_stderr_line(capsys.readouterr().err)
+        assert line.endswith("tolerance -1e-09 must be a finite number >= 0 (default 1e-12)")
 
 
 def test_ctrl_c_during_plan_exits_130(tmp_path):

@@ -14,6 +14,7 @@ from sweep.interrupts import Interrupted
 from sweep.runner import (
     InProcessExecutor,
     execute_plan,
+    interrupted_run,
     locked,
     materialise,
     naming_the_store,
@@ -71,9 +72,12 @@ def run(args: argparse.Namespace) -> int:
             summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
                                    verify=args.verify)
         else:
-            with open_client(cluster) as client:
-                summary = execute_plan(plan, DaskExecutor(client), progress=progress,
-                                       verify=args.verify)
+            try:
+                with open_client(cluster) as client:
+                    summary = execute_plan(plan, DaskExecutor(client), progress=progress,
+                                           verify=args.verify)
+            except Interrupted as stopped:  # counted again now that the workers have stopped
+                raise interrupted_run(plan, getattr(stopped, "skipped", 0)) from None
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")
