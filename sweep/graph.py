@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import sys
 
-from distributed import Client, Future, as_completed
+from distributed import Client, Future, WorkerPlugin, as_completed
 from tqdm import tqdm
 
 from sweep.interrupts import raise_if_interrupted
@@ -29,6 +29,31 @@ def quiet_shutdown() -> None:
     names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in QUIET_LOGGERS]
     for name in [*QUIET_LOGGERS, *names]:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+class DropComputeFailed(logging.Filter):
+    """Drops distributed's "Compute Failed" record (the task, its exception and traceback): the
+    driver writes them to the task's failed marker (`sweep status` shows them) and ends the run
+    with one line, so they never reach the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
+
+
+def drop_compute_failed() -> None:
+    """Install `DropComputeFailed` on the worker logger of this process, once."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, DropComputeFailed) for f in logger.filters):
+        logger.addFilter(DropComputeFailed())
+
+
+class QuietTaskFailures(WorkerPlugin):
+    """Installs `DropComputeFailed` in every worker's process (local, SLURM, Kubernetes)."""
+
+    name = "sweep-quiet-task-failures"
+
+    def setup(self, worker: object) -> None:
+        drop_compute_failed()
 
 
 def _run(task: Task, *after: object) -> int:
@@ -56,9 +81,12 @@ class DaskExecutor:
 
     def __init__(self, client: Client) -> None:
         self.client = client
+        self.errors: dict[str, BaseException] = {}  # key -> the exception of a failed task
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
+        drop_compute_failed()  # workers that are threads of this process
+        self.client.register_plugin(QuietTaskFailures())
         futures = submit_tasks(self.client, plan, tasks, retries)
         try:
             return self._collect(plan, tasks, futures, progress)
@@ -88,5 +116,6 @@ class DaskExecutor:
                 blocked.append(task.key)  # a dependency failed (or was blocked): it never ran
             else:
                 outcomes[task.key] = failure_text(errors[task.key])
+                self.errors[task.key] = errors[task.key]
         self.client.cancel(list(futures.values()))
         return outcomes, blocked
