@@ -132,7 +132,7 @@ def test_a_truncated_cached_checkpoint_ends_a_sweep_run_with_exit_4(tmp_path, ca
                     "  wine: {source: 'sklearn:wine', limit: 2}\n"
                     "models:\n  ft: {source: ft-transformer, dataset: wine}\n")
     table = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine")).table
-    checkpoint = checkpoint_path(resolve_model("ft-transformer"), table, tmp_path / "cache")
+    checkpoint = Path(checkpoint_path(resolve_model("ft-transformer"), table, tmp_path / "cache"))
     checkpoint.parent.mkdir(parents=True)
     checkpoint.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\"")  # cut short
     checkpoint.with_suffix(".json").write_text('{"d_out": 3}')
