@@ -41,6 +41,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true",
                         help="with --break-lock: break even a fresh lease (the other run, if it "
                         "is alive, stops at its next renewal)")
+    parser.add_argument("--reextract-attention", action="store_true",
+                        help="extract again the attention that an earlier `attention:` policy "
+                        "dropped and the config's policy keeps (their shards are retested); "
+                        "without it such a policy change is refused")
     parser.set_defaults(func=run)
 
 
@@ -55,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
         check_store_fits_cluster(cluster, config.store_ref)
     if cluster is None or cluster.kind == "local":
         check_devices(config)  # remote workers may have GPUs this machine lacks
-    with locked(config, break_lock=args.break_lock, force=args.force):
+    reextract = args.reextract_attention
+    with locked(config, break_lock=args.break_lock, force=args.force, reextract=reextract):
         try:
             plan = materialise(config, progress=progress)
         except KeyboardInterrupt:
@@ -63,11 +68,11 @@ def run(args: argparse.Namespace) -> int:
                               f"unlocked; rerun to resume") from None
         if cluster is None:
             summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
-                                   verify=args.verify)
+                                   verify=args.verify, reextract=reextract)
         else:
             with open_client(cluster) as client:
                 summary = execute_plan(plan, DaskExecutor(client), progress=progress,
-                                       verify=args.verify)
+                                       verify=args.verify, reextract=reextract)
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")
