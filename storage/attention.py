@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from storage.errors import InputError
 from storage.integrity import MARKERS, parse_marker
 from storage.location import StoreLike, locate
@@ -153,3 +155,29 @@ def held_inputs(done_shards: Iterable[tuple[int, int, int]],
     """How many inputs still have attention: those of extracted shards (shard, start, stop)
     less those dropped (shard -> input indices)."""
     return sum(stop - start - len(dropped.get(shard, ())) for shard, start, stop in done_shards)
+
+
+def stored_attention(store: StoreLike, model: str, input_id: str) -> np.ndarray:
+    """One input's stored attention (layer, head, query, key), cropped to its tokens, for
+    figures and re-analysis; InputError naming the model's `attention:` policy when it was
+    dropped, or when its shard was never extracted."""
+    from storage.store import open_model, read_attention
+
+    group = open_model(store, model)
+    ids = [str(i) for i in group["input_id"][:]]
+    if input_id not in ids:
+        raise InputError(f"store {store}: model {model!r} has no input {input_id!r}")
+    i = ids.index(input_id)
+    shard = i // group.attrs["shard_size"]
+    policy = AttentionPolicy.parse(group.attrs.get("attention", KEEP))
+    if i in read_dropped(store, model, shard):
+        raise InputError(
+            f"store {store}: the attention of model {model!r} input {input_id!r} was dropped "
+            f"(attention: {policy}); `sweep extract` recomputes it without a store, or rerun "
+            f"the sweep with a policy that keeps it and --reextract-attention")
+    t = int(group["n_tokens"][i])
+    if t == 0:
+        raise InputError(f"store {store}: model {model!r} input {input_id!r} is not extracted "
+                         f"yet; run `sweep run` first")
+    attention = read_attention(group["attention"], i, i + 1)[0]
+    return np.ascontiguousarray(attention[..., :t, :t])

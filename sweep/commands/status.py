@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 
 from storage.integrity import variable_of
-from storage.status import store_status
+from storage.status import attention_held, store_status
 from sweep.commands.store_args import add_store_argument, store_ref
 
 
@@ -43,4 +43,6 @@ def status(args: argparse.Namespace) -> int:
                 variables = sorted({variable_of(f) for f in files})
                 print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
                       f"to recompute")
+        for held in attention_held(store_ref(args)):
+            print(held.line())
     return 0 if all(s.done == s.total for s in stages) else 1
