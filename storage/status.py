@@ -26,6 +26,8 @@ from storage.location import StoreLike, locate
 from storage.markers import MarkerIndex, marker_key, marker_name, read_state
 from storage.store import open_root
 
+MISSING = "group"  # the stage of a StageStatus standing for a deleted group
+
 
 @dataclass
 class StageStatus:
@@ -37,6 +39,7 @@ class StageStatus:
     pending: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # marker name -> error
     damaged: dict[str, list[str]] = field(default_factory=dict)  # marker name -> chunk files
+    missing: bool = False  # the scope's group is gone from the store (stage MISSING)
 
     @property
     def total(self) -> int:
@@ -62,9 +65,10 @@ def _count(index: MarkerIndex, scope: str, stage: str, names: list[str],
 
 def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]:
     """Per model and stage, then for the baseline, how many tasks are done, pending, failed;
-    done tasks whose chunks no longer match their markers count as pending and are listed as
-    damaged: checked against one listing of the store (sizes and versions, as `sweep run`
-    checks at start-up), or re-read and re-hashed with `verify`."""
+    a model whose group is gone is one `missing` entry (stage MISSING); done tasks whose chunks
+    no longer match their markers count as pending and are listed as damaged: checked
+    against one listing of the store (sizes and versions, as `sweep run` checks at start-up),
+    or re-read and re-hashed with `verify`."""
     location = locate(store)
     root = open_root(location)
     if "config" not in root.attrs:
@@ -76,6 +80,9 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
     damaged = scan_store(location, depth=FULL if verify else STAT)
     out = []
     for model in root.attrs.get("models", []):
+        if model not in root:  # deleted: `sweep run` recreates and recomputes it
+            out.append(StageStatus(model, MISSING, pending=1, missing=True))
+            continue
         n_shards = root[model].attrs["n_shards"]
         if index.done(model, PREPARE_STAGE) or index.failed(model, PREPARE_STAGE):
             out.append(_count(index, model, PREPARE_STAGE, [PREPARE_STAGE], damaged))
@@ -121,6 +128,8 @@ def attention_held(store: StoreLike) -> list[AttentionHeld]:
     dropped = dropped_by_shard(location)
     out = []
     for model in root.attrs.get("models", []):
+        if model not in root:
+            continue  # a group gone from the store: `store_status` reports it missing
         attrs = root[model].attrs
         size, n = attrs["shard_size"], attrs["n_inputs"]
         done = [(shard, shard * size, min(shard * size + size, n))

@@ -268,12 +268,13 @@ class SweepConfig(_Frozen):
         return StoreRef.of(self.store, self.storage_options)
 
     @property
-    def checkpoint_dir(self) -> str:
+    def checkpoint_dir(self) -> StoreRef:
         """Where trained checkpoints (FT-Transformer) live: `cache_dir`, else inside the store
-        (a folder or a URL: `storage.location`)."""
+        (a folder or a URL with the store's options: `storage.location`)."""
         if self.cache_dir is not None:
-            return str(self.cache_dir)
-        return f"{self.store.rstrip('/')}/{BOOKKEEPING_DIR}/cache"
+            return StoreRef.of(self.cache_dir)
+        return StoreRef.of(f"{self.store.rstrip('/')}/{BOOKKEEPING_DIR}/cache",
+                           self.storage_options)
 
     def model_setting(self, name: str, key: Literal["batch_size", "dtype", "device"]) -> Any:
         """A model's own setting, or the sweep-wide default when the model does not set it."""

@@ -18,7 +18,7 @@ import logging
 import sys
 from collections import deque
 
-from distributed import Client, Future, as_completed
+from distributed import Client, Future, WorkerPlugin, as_completed
 from tqdm import tqdm
 
 from sweep.interrupts import raise_if_interrupted
@@ -35,6 +35,31 @@ def quiet_shutdown() -> None:
     names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in QUIET_LOGGERS]
     for name in [*QUIET_LOGGERS, *names]:
         logging.getLogger(name).setLevel(logging.CRITICAL + 1)
+
+
+class DropComputeFailed(logging.Filter):
+    """Drops distributed's "Compute Failed" record (the task, its exception and traceback): the
+    driver writes them to the task's failed marker (`sweep status` shows them) and ends the run
+    with one line, so they never reach the terminal."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("Compute Failed")
+
+
+def drop_compute_failed() -> None:
+    """Install `DropComputeFailed` on the worker logger of this process, once."""
+    logger = logging.getLogger("distributed.worker")
+    if not any(isinstance(f, DropComputeFailed) for f in logger.filters):
+        logger.addFilter(DropComputeFailed())
+
+
+class QuietTaskFailures(WorkerPlugin):
+    """Installs `DropComputeFailed` in every worker's process (local, SLURM, Kubernetes)."""
+
+    name = "sweep-quiet-task-failures"
+
+    def setup(self, worker: object) -> None:
+        drop_compute_failed()
 
 
 def _run(task: Task, *after: object) -> int:
@@ -122,9 +147,12 @@ class DaskExecutor:
     def __init__(self, client: Client, in_flight: int | None = None) -> None:
         self.client = client
         self.in_flight = in_flight  # shards per bounded model; default: `task_slots`
+        self.errors: dict[str, BaseException] = {}  # key -> the exception of a failed task
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
+        drop_compute_failed()  # workers that are threads of this process
+        self.client.register_plugin(QuietTaskFailures())
         window = self.in_flight or task_slots(self.client)
         submitter = Submitter(self.client, plan, tasks, retries, window)
         try:
@@ -159,5 +187,6 @@ class DaskExecutor:
                 blocked.append(task.key)  # a dependency failed (or was blocked): it never ran
             else:
                 outcomes[task.key] = failure_text(errors[task.key])
+                self.errors[task.key] = errors[task.key]
         self.client.cancel(list(submitter.futures.values()))
         return outcomes, blocked

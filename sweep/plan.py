@@ -68,11 +68,24 @@ class Fingerprinted:
         return fingerprint(self.fingerprint_inputs())
 
 
+# Fingerprint inputs left out when they hold these defaults, so stores made before the key was
+# fingerprinted keep their fingerprint; `with_defaults` shows them in refusals.
+OMITTED_DEFAULTS: dict[str, Any] = {"rollout": "every", "batch_size": 8, "device": "auto"}
+
+
+def device_kind(device: str) -> str:
+    """What of a `device` setting changes stored values: its kind (`cuda:1` -> `cuda`); `auto`
+    as written (the workers resolve it)."""
+    return device.split(":", 1)[0]
+
+
 def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
                   token_sets: tuple[str, ...], tol: float, dtype: str,
-                  rollout: str) -> dict[str, Any]:
+                  rollout: str, batch_size: int = 8, device: str = "auto") -> dict[str, Any]:
     """The part of a model's fingerprint inputs that the config alone decides: the one owner of
-    these keys, for the plan and for the refusals decided before the lock."""
+    these keys, for the plan and for the refusals decided before the lock. The batch size and
+    the device kind change a model's attention in its last float bits (padding, kernels)."""
+    optional = {"rollout": rollout, "batch_size": batch_size, "device": device_kind(device)}
     return {
         "model": spec.to_dict(),
         "dataset": dataset.to_dict(),
@@ -80,9 +93,13 @@ def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
         "token_sets": list(token_sets),
         "tol": tol,
         "dtype": dtype,
-        # only when not the default, so stores made before the option keep their fingerprint
-        **({"rollout": rollout} if rollout != "every" else {}),
+        **{key: value for key, value in optional.items() if value != OMITTED_DEFAULTS[key]},
     }
+
+
+def with_defaults(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` with the defaults `config_inputs` leaves out filled in (for messages)."""
+    return {**OMITTED_DEFAULTS, **inputs}
 
 
 def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
@@ -91,7 +108,8 @@ def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
     return config_inputs(resolve_model(entry.source, **entry.options),
                          config.datasets[entry.dataset].to_spec(), config.shard_size,
                          config.token_sets, config.tol, config.model_setting(name, "dtype"),
-                         config.rollout)
+                         config.rollout, config.model_setting(name, "batch_size"),
+                         config.model_setting(name, "device"))
 
 
 @dataclass(frozen=True)
@@ -134,11 +152,11 @@ class ModelPlan(Fingerprinted):
         return start, min(start + self.shard_size, self.n_inputs)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
-        """Everything that determines this model's stored values (not batch size or device):
-        what the config decides (`config_inputs`) and what the inputs are."""
+        """Everything that determines this model's stored values: what the config decides
+        (`config_inputs`, the batch size and device kind included) and what the inputs are."""
         return {
             **config_inputs(self.spec, self.dataset, self.shard_size, self.token_sets, self.tol,
-                            self.dtype, self.rollout),
+                            self.dtype, self.rollout, self.batch_size, self.device),
             "input_ids_sha256": self.ids_sha256,
             "n_inputs": self.n_inputs,
             "n_layers": self.n_layers,

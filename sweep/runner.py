@@ -29,7 +29,7 @@ from storage.store import (
 )
 from sweep.bounded import check_attention_change, finish_drops, reextractions
 from sweep.config import SweepConfig
-from sweep.faults import TASK_FAILURE
+from sweep.faults import EXIT_INTERRUPTED, TASK_FAILURE, classify
 from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
 from sweep.interrupts import Interrupted, raise_if_interrupted
 from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
@@ -195,14 +195,36 @@ def failure_text(error: BaseException) -> str:
     return f"{error_line(error)}\n{trace}"
 
 
+def naming_the_store(error: BaseException, store: str) -> BaseException:
+    """A failed task's exception as `sweep.cli.main` reports it: an OSError that names no path
+    (a write deep inside zarr or a codec) names the store the task was writing to."""
+    if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+        named = OSError(error.errno, error.strerror or str(error), str(store))
+        named.__cause__ = error
+        return named
+    return error
+
+
 @dataclass
 class RunSummary:
-    """What one run did: tasks completed, skipped as already done, failed (with errors), blocked."""
+    """What one run did: tasks completed, skipped as already done, failed (with errors), blocked;
+    `raised`: the exception of each failed task, where the executor kept it."""
 
     completed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
+    raised: dict[str, BaseException] = field(default_factory=dict, repr=False, compare=False)
+
+    def fault(self) -> BaseException | None:
+        """The first failed task's exception that `sweep.faults.classify` reports in one line
+        (bad input, the environment, a damaged store or checkpoint, a model without attention),
+        or None: the run then ends with the summary and exit code 1."""
+        for key in self.failed:
+            fault = classify(self.raised[key]) if key in self.raised else None
+            if fault is not None and fault[0] != EXIT_INTERRUPTED:
+                return self.raised[key]
+        return None
 
     @property
     def exit_code(self) -> int:
@@ -218,7 +240,8 @@ class RunSummary:
 
 
 class Executor(Protocol):
-    """Runs tasks; returns per key None (success) or the error line, and the blocked keys."""
+    """Runs tasks; returns per key None (success) or the error line, and the blocked keys. An
+    executor may keep `errors` (key -> exception of a failed task): `RunSummary.fault`."""
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]: ...
@@ -234,6 +257,7 @@ class InProcessExecutor:
     def __init__(self, *, reraise: bool = False) -> None:
         self.reraise = reraise
         self.raised: tuple[str, BaseException] | None = None
+        self.errors: dict[str, BaseException] = {}  # key -> the last error of a failed task
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
@@ -250,6 +274,7 @@ class InProcessExecutor:
             outcomes[task.key] = None if error is None else failure_text(error)
             if error is not None:
                 stopped.add(task.key)
+                self.errors[task.key] = error
             if progress:
                 print(f"{task.key}: {'done' if error is None else error_line(error)}",
                       file=sys.stderr)
@@ -271,6 +296,19 @@ class InProcessExecutor:
         return error
 
 
+def interrupted_run(plan: SweepPlan, skipped: int) -> Interrupted:
+    """`Interrupted` with the done tasks counted from the store's markers now, as a rerun will
+    count them: call it once the workers have stopped (tasks still running at the Ctrl-C write
+    their markers until then). `skipped`: tasks done before this run."""
+    index = markers.MarkerIndex(plan.config.store_ref)
+    done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
+    error = Interrupted(
+        f"{done} of {len(plan.tasks)} tasks done ({done - skipped} in this run), "
+        f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to resume")
+    error.skipped = skipped
+    return error
+
+
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                  verify: bool = False, reextract: bool = False) -> RunSummary:
     """Run every pending task of `plan` (`verify`, `reextract`: see `pending_tasks`); failed
@@ -290,26 +328,30 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                                                      progress)
         raise_if_interrupted()
     except KeyboardInterrupt:
-        index = markers.MarkerIndex(plan.config.store_ref)
-        done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
-        raise Interrupted(
-            f"{done} of {len(plan.tasks)} tasks done ({done - len(summary.skipped)} in this run), "
-            f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to "
-            f"resume"
-        ) from None
+        raise interrupted_run(plan, len(summary.skipped)) from None
     by_key = {t.key: t for t in pending}
+    raised_by = getattr(executor, "errors", {})
+    unwritten: OSError | None = None  # a failed marker the store did not take (a full disk)
     for key, error in outcomes.items():
         if error is None:
             summary.completed.append(key)
         else:
             summary.failed[key] = error
+            if key in raised_by:
+                summary.raised[key] = raised_by[key]
             task = by_key[key]
-            markers.mark_failed(task.store, task.scope, task.marker, error)
+            try:
+                markers.mark_failed(task.store, task.scope, task.marker, error)
+            except OSError as caught:  # the task's own error says more: reported first
+                unwritten = unwritten or caught
     raised = getattr(executor, "raised", None)
     if raised is not None:
         key, error = raised
+        error = naming_the_store(error, plan.config.store)
         setattr(error, TASK_FAILURE, key)
         raise error
+    if unwritten is not None and summary.fault() is None:
+        raise naming_the_store(unwritten, plan.config.store)
     return summary
 
 

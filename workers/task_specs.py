@@ -59,7 +59,7 @@ class ExtractTask(ShardTask):
     batch_size: int
     device: str
     dtype: str
-    cache_dir: str
+    cache_dir: StoreRef
     digests: tuple[str, ...] = ()  # workers.digests of the shard's inputs, as the driver saw them
 
     stage = "extract"
@@ -87,7 +87,7 @@ class PrepareTask(ModelTask):
 
     spec: ModelSpec
     dataset: DatasetSpec
-    cache_dir: str
+    cache_dir: StoreRef
 
     stage = PREPARE_STAGE
     resources = {"GPU": 1}

@@ -65,7 +65,7 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
     """The task's extractor, loaded once per process (keyed by model, dataset, device, dtype),
     with the lock that serialises its use: its hooks capture whatever forward pass runs."""
     key = canonical_json([task.spec.to_dict(), task.dataset.to_dict(), task.device, task.dtype,
-                          task.cache_dir])
+                          str(task.cache_dir)])
     dataset = cached_dataset(task.dataset)
     with _CACHE_LOCK:
         if key not in _EXTRACTORS:

@@ -11,7 +11,14 @@ from sweep.config import default_config_path, load_config
 from sweep.devices import check_devices
 from sweep.graph import DaskExecutor
 from sweep.interrupts import Interrupted
-from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
+from sweep.runner import (
+    InProcessExecutor,
+    execute_plan,
+    interrupted_run,
+    locked,
+    materialise,
+    naming_the_store,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -70,10 +77,16 @@ def run(args: argparse.Namespace) -> int:
             summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
                                    verify=args.verify, reextract=reextract)
         else:
-            with open_client(cluster) as client:
-                summary = execute_plan(plan, DaskExecutor(client), progress=progress,
-                                       verify=args.verify, reextract=reextract)
+            try:
+                with open_client(cluster) as client:
+                    summary = execute_plan(plan, DaskExecutor(client), progress=progress,
+                                           verify=args.verify, reextract=reextract)
+            except Interrupted as stopped:  # counted again now that the workers have stopped
+                raise interrupted_run(plan, getattr(stopped, "skipped", 0)) from None
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")
+    fault = summary.fault()
+    if fault is not None:  # the user's input, the machine, a damaged store: one line, its code
+        raise naming_the_store(fault, config.store)
     return summary.exit_code
