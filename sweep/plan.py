@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from storage.attention import AttentionPolicy
 from storage.fingerprint import fingerprint
 from storage.layout import head_labels
 from storage.location import StoreRef
@@ -133,6 +134,8 @@ class ModelPlan(Fingerprinted):
     cube_sum: int
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES
     n_heads: int = 1  # maps kept per layer: 1 (spec.heads mean), or the model's heads (each)
+    attention: AttentionPolicy = AttentionPolicy()  # not a fingerprint input: results equal
+    kept: frozenset[int] | None = None  # inputs whose attention stays (None: all)
 
     @property
     def heads(self) -> list[str]:
@@ -161,9 +164,29 @@ class ModelPlan(Fingerprinted):
         }
 
     @property
+    def input_bytes(self) -> int:
+        """Uncompressed size of one input's padded attention (every layer and stored head)."""
+        return self.n_layers * self.n_heads * self.t_max**2 * ATTENTION_ITEMSIZE
+
+    @property
     def attention_bytes(self) -> int:
         """Uncompressed size of the padded attention array."""
-        return self.n_inputs * self.n_layers * self.n_heads * self.t_max**2 * ATTENTION_ITEMSIZE
+        return self.n_inputs * self.input_bytes
+
+    def dropped_after_test(self, shard: int) -> tuple[int, ...]:
+        """Inputs of `shard` whose attention its test task deletes (the policy's complement)."""
+        start, stop = self.shard_range(shard)
+        if self.kept is None:
+            return ()
+        return tuple(i for i in range(start, stop) if i not in self.kept)
+
+    def peak_attention_bytes(self, in_flight: int) -> int:
+        """Most attention bytes the policy lets the store hold at once with `in_flight` shards
+        extracted and not yet tested: the kept inputs plus those shards' (at most the total)."""
+        if self.kept is None:
+            return self.attention_bytes
+        flight = min(self.n_inputs, in_flight * self.shard_size)
+        return min(self.n_inputs, len(self.kept) + flight) * self.input_bytes
 
 
 @dataclass(frozen=True)
@@ -277,6 +300,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
     work = len(config.token_sets) * facts.n_layers * facts.n_heads * facts.cube_sum
+    policy = config.attention_policy(name)
     return ModelPlan(
         name=name,
         spec=spec,
@@ -296,6 +320,8 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         cube_sum=facts.cube_sum,
         rollout=config.rollout,
         n_heads=facts.n_heads,
+        attention=policy,
+        kept=None if policy.mode == "keep" else policy.kept(name, facts.input_ids),
     )
 
 
@@ -313,7 +339,7 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
         ))
         tasks.append(TestTask(
             test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
-            plan.tol, plan.rollout,
+            plan.tol, plan.rollout, plan.dropped_after_test(shard),
         ))
     return tasks
 

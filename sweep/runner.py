@@ -27,6 +27,7 @@ from storage.store import (
     stored_model_attrs,
     write_root_attrs,
 )
+from sweep.bounded import check_attention_change, finish_drops, reextractions
 from sweep.config import SweepConfig
 from sweep.faults import EXIT_INTERRUPTED, TASK_FAILURE, classify
 from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
@@ -132,6 +133,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                    "cube_sum": model.cube_sum},
             fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
         )
+        if root[model.name].attrs.get("attention") != model.attention.to_json():
+            root[model.name].attrs["attention"] = model.attention.to_json()
     if plan.baseline is not None:
         b = plan.baseline
         ensure_baseline(root, sizes=b.sizes, trials=b.trials, seed=b.seed,
@@ -147,16 +150,21 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     return plan
 
 
-def pending_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
+def pending_tasks(plan: SweepPlan, *, verify: bool = False,
+                  reextract: bool = False) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
     its test (its done marker is cleared: the data it vouched for is about to be rewritten), and
     a model whose tests rerun reruns its size-matched nulls (drawn at the tested sizes).
     Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun;
-    `verify` re-hashes every done chunk instead of those whose size or version changed. The
+    `verify` re-hashes every done chunk instead of those whose size or version changed. A
+    shard whose test reruns but whose attention was dropped re-extracts first, and so does one
+    whose dropped attention the policy now keeps when `reextract` (`sweep.bounded`). The
     store's markers are listed once (`storage.markers.MarkerIndex`)."""
     index = markers.MarkerIndex(plan.config.store_ref)
     for task in [*stale_extractions(plan, index), *damaged_tasks(plan, verify=verify,
                                                                   index=index)]:
+        index.clear(task.scope, task.marker)
+    for task in reextractions(plan, index, reextract=reextract):
         index.clear(task.scope, task.marker)
 
     def done(task: Task) -> bool:
@@ -302,16 +310,18 @@ def interrupted_run(plan: SweepPlan, skipped: int) -> Interrupted:
 
 
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
-                 verify: bool = False) -> RunSummary:
-    """Run every pending task of `plan` (`verify`: see `pending_tasks`); failed markers for
-    tasks that kept failing.
+                 verify: bool = False, reextract: bool = False) -> RunSummary:
+    """Run every pending task of `plan` (`verify`, `reextract`: see `pending_tasks`); failed
+    markers for tasks that kept failing. Tested shards still holding attention that their
+    model's policy drops have it dropped first (`sweep.bounded.finish_drops`).
 
     Ctrl-C raises `Interrupted` with a one-line count of the done tasks; an executor with
     `raised` set (`InProcessExecutor(reraise=True)`) has its task's exception re-raised after
     the failed marker is written.
     """
-    pending = pending_tasks(plan, verify=verify)
+    pending = pending_tasks(plan, verify=verify, reextract=reextract)
     keys = {t.key for t in pending}
+    finish_drops(plan, markers.MarkerIndex(plan.config.store_ref), keys)
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
     try:
         outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries,
@@ -346,13 +356,15 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
 
 
 @contextmanager
-def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
-           ) -> Iterator[StoreLock]:
+def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False,
+           reextract: bool = False) -> Iterator[StoreLock]:
     """Hold the store's exclusive lock (a second `sweep run` on it is refused; `break_lock`,
     `force`: see `storage.lease`), after the refusals the config alone decides
-    (`sweep.preflight`): a refused run writes nothing. A run whose lease another run broke
-    meanwhile ends with StoreBusyError once its tasks are done."""
+    (`sweep.preflight`, and an `attention` policy wanting dropped attention back without
+    `reextract`: `sweep.bounded`): a refused run writes nothing. A run whose lease another run
+    broke meanwhile ends with StoreBusyError once its tasks are done."""
     check_before_lock(config)
+    check_attention_change(config, reextract=reextract)
     with StoreLock(config.store_ref, break_lock=break_lock, force=force) as lock:
         yield lock
         if lock.lost:
@@ -363,9 +375,11 @@ def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
 
 
 def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True,
-              verify: bool = False) -> RunSummary:
+              verify: bool = False, reextract: bool = False) -> RunSummary:
     """Lock the store, plan and create/extend it, run what is not done yet (`verify`: re-hash
-    every done chunk first, see `pending_tasks`)."""
-    with locked(config):
+    every done chunk first; `reextract`: extract dropped attention the policy now keeps; see
+    `pending_tasks`)."""
+    with locked(config, reextract=reextract):
         plan = materialise(config, progress=progress)
-        return execute_plan(plan, executor, progress=progress, verify=verify)
+        return execute_plan(plan, executor, progress=progress, verify=verify,
+                            reextract=reextract)

@@ -73,6 +73,7 @@ class TestTask(ShardTask):
     token_sets: tuple[str, ...]
     tol: float
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
+    drop: tuple[int, ...] = ()  # inputs whose attention is deleted once tested (attention: policy)
 
     stage = "test"
     resources = {"CPU": 1}

@@ -48,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true",
                         help="with --break-lock: break even a fresh lease (the other run, if it "
                         "is alive, stops at its next renewal)")
+    parser.add_argument("--reextract-attention", action="store_true",
+                        help="extract again the attention that an earlier `attention:` policy "
+                        "dropped and the config's policy keeps (their shards are retested); "
+                        "without it such a policy change is refused")
     parser.set_defaults(func=run)
 
 
@@ -62,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         check_store_fits_cluster(cluster, config.store_ref)
     if cluster is None or cluster.kind == "local":
         check_devices(config)  # remote workers may have GPUs this machine lacks
-    with locked(config, break_lock=args.break_lock, force=args.force):
+    reextract = args.reextract_attention
+    with locked(config, break_lock=args.break_lock, force=args.force, reextract=reextract):
         try:
             plan = materialise(config, progress=progress)
         except KeyboardInterrupt:
@@ -70,12 +75,12 @@ def run(args: argparse.Namespace) -> int:
                               f"unlocked; rerun to resume") from None
         if cluster is None:
             summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
-                                   verify=args.verify)
+                                   verify=args.verify, reextract=reextract)
         else:
             try:
                 with open_client(cluster) as client:
                     summary = execute_plan(plan, DaskExecutor(client), progress=progress,
-                                           verify=args.verify)
+                                           verify=args.verify, reextract=reextract)
             except Interrupted as stopped:  # counted again now that the workers have stopped
                 raise interrupted_run(plan, getattr(stopped, "skipped", 0)) from None
     for line in summary.lines():

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 
 from storage.integrity import variable_of
-from storage.status import store_status
+from storage.status import attention_held, store_status
 from sweep.commands.store_args import add_store_argument, store_ref
 from sweep.faults import EXIT_DAMAGED
 
@@ -48,6 +48,8 @@ def status(args: argparse.Namespace) -> int:
             if s.missing:
                 print(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
                       f"to recompute it")
+        for held in attention_held(store_ref(args)):
+            print(held.line())
     if any(s.damaged or s.missing for s in stages):
         return EXIT_DAMAGED
     return 0 if all(s.done == s.total for s in stages) else 1
