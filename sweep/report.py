@@ -38,6 +38,7 @@ from storage.query import (
 from sweep import report_training
 from sweep.report_controls import controls_table, markdown_section
 from sweep.report_nulls import lift_lines, null_lifts
+from sweep.report_precision import PRECISION_INTRO, precision_markdown, precision_table
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from workers.token_kinds import reading_label
 
@@ -67,6 +68,7 @@ class Report:
     training: dict  # 7. model name -> training record (models trained by the project)
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
     heads: pd.DataFrame | None = None  # 2. model, head, token_set (models that kept each head)
+    precision: pd.DataFrame | None = None  # 1. model, token_set, dtype: decided at its rounding
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -94,6 +96,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         training=report_training.training_records(tree),
         nulls=null_lifts(tree, summary),
         heads=head_rates(tree, cells),
+        precision=precision_table(tree),
     )
 
 
@@ -236,6 +239,8 @@ def render_markdown(report: Report) -> str:
                 "tested matrices; the null's rate, then the lift observed - null in percentage "
                 "points, 95% Newcombe interval):", ""]
         out += lift_lines(report.nulls)
+    out += ["Verdicts at the data's precision:", "", *PRECISION_INTRO]
+    out += precision_markdown(report.precision)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     if report.heads is not None:
@@ -279,7 +284,8 @@ def table_names() -> list[str]:
             if f.type in ("pd.DataFrame", "pd.DataFrame | None", pd.DataFrame)]
 
 
-ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)"}
+ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)",
+                 "precision": "the store was written before decision radii"}
 """Why an optional table (a `Report` field that may be None) is missing from a store's report."""
 
 
