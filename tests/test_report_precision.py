@@ -3,6 +3,8 @@ the decided / undecided counts of a hand-built store."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -55,3 +57,20 @@ def test_precision_is_in_the_json_and_the_markdown(store):
     assert '"precision": [' in render_json(report)
     assert "| alpha | all | float32 * | 2/4 (50.0%) | 1/4 (25.0%) | 1/4 (25.0%) | " \
            "[50.0%, 75.0%] |" in render_markdown(report)
+
+
+def test_bootstrap_report_names_its_method_everywhere(store, capsys):
+    from sweep.cli import main
+
+    assert main(["report", str(store), "--format", "json", "--ci", "bootstrap",
+                 "--resamples", "200", "--seed", "3"]) == 0
+    document = json.loads(capsys.readouterr().out)
+    assert document["ci_method"] == "bootstrap"
+    for key, records in document.items():
+        if isinstance(records, list):
+            assert all(r["ci_method"] == "bootstrap" for r in records), key
+    (row,) = document["intervals"]
+    # 4 inputs of one cell each: the cluster bootstrap is the plain bootstrap of 3/4
+    assert (row["inputs"], row["cells"], row["rate"]) == (4, 4, 0.75)
+    assert row["bootstrap_low"] in (0.25, 0.5) and row["bootstrap_high"] == 1.0
+    assert document["summary"][0]["ci_low"] == row["bootstrap_low"]
