@@ -36,7 +36,7 @@ from storage.query import (
     with_rates,
 )
 from sweep import report_training
-from sweep.report_controls import controls_table, markdown_section
+from sweep.report_controls import NEWCOMBE, PAIRED, controls_table, markdown_section
 from sweep.report_intervals import (
     CI_METHODS,
     Bootstrap,
@@ -256,8 +256,9 @@ def render_markdown(report: Report) -> str:
         "as stored by the sweep" + ("" if report.sweep_tol is None else
                                     f" (margin <= {report.sweep_tol:g})"))
     method = ("95% Wilson (Newcombe for differences)" if report.ci_method == "wilson" else
-              "95% cluster bootstrap over inputs (paired for trained - control; the null's own "
-              "uncertainty in each lift)")
+              "headline rates, trained - control differences and lifts: 95% cluster bootstrap "
+              "over inputs (paired for trained - control; the null's own uncertainty in each "
+              "lift); every other table: 95% Wilson")
     out = [f"# Dobrushin bound tightness: {report.store}", "",
            f"Intervals (ci_method {report.ci_method}): {method}.", "",
            f"Verdicts: {tol}. `k/n` counts input-layer pairs with a "
@@ -271,11 +272,14 @@ def render_markdown(report: Report) -> str:
                 "per-layer table.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
-    out += markdown_section(report.controls)
+    bootstrapped = report.ci_method == "bootstrap"
+    out += markdown_section(report.controls, PAIRED if bootstrapped else NEWCOMBE)
     if report.nulls is not None:
+        lift_ci = ("95% cluster bootstrap over inputs with the null's binomial uncertainty"
+                   if bootstrapped else "95% Newcombe interval")
         out += ["Beside size-matched nulls (random matrices at the sizes of the model's own "
                 "tested matrices; the null's rate, then the lift observed - null in percentage "
-                "points, 95% Newcombe interval):", ""]
+                f"points, {lift_ci}):", ""]
         out += lift_lines(report.nulls)
     if report.intervals is not None:
         out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
@@ -362,11 +366,16 @@ def render_json(report: Report) -> str:
     for field in fields(Report):
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):
-            document[field.name] = [{**record, "ci_method": report.ci_method}
+            method = report.ci_method if field.name in BOOTSTRAPPED_TABLES else "wilson"
+            document[field.name] = [{**record, "ci_method": method}
                                     for record in _records(value)]
     document["training"] = report.training  # model name -> training record
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
+
+BOOTSTRAPPED_TABLES = ("summary", "controls", "nulls", "intervals")
+"""The tables whose intervals `--ci bootstrap` makes by the cluster bootstrap over inputs; the
+others keep Wilson intervals (their records say `ci_method: wilson`)."""
 
 RENDERERS = {"md": render_markdown, "csv": render_csv, "json": render_json}
 

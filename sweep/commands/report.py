@@ -37,10 +37,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also write PNG figures (depth, baseline, margins) into DIR")
     parser.add_argument("--tol", type=float, metavar="T",
                         help="re-apply a tolerance to the stored margins (holds := margin <= T)")
-    parser.add_argument("--ci", choices=CI_METHODS, default="wilson",
-                        help="interval method: wilson (Wilson; Newcombe for differences) or "
-                        "bootstrap (a seeded cluster bootstrap over inputs; paired for trained "
-                        "- control; the null's own uncertainty in each lift)")
+    parser.add_argument("--ci", choices=CI_METHODS, default="bootstrap",
+                        help="interval of the headline rates, trained - control differences "
+                        "and lifts: bootstrap (default: a seeded cluster bootstrap over "
+                        "inputs; paired for trained - control; the null's own uncertainty in "
+                        "each lift) or wilson (Wilson; Newcombe for differences)")
     parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, metavar="N",
                         help=f"bootstrap resamples per interval (default {DEFAULT_RESAMPLES})")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
