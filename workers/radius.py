@@ -36,17 +36,41 @@ def dominance_gap(x: np.ndarray, i: int, j: int) -> float:
     return min(x[i, i] - x[j, i], x[j, j] - x[i, j])
 
 
+SCREEN_SLACK = 1e-9  # far above the float64 rounding of two kappa_ij sums (n 2^-53 each)
+
+
+@njit(cache=True)
+def reference_distances(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """kappa_{k, r} of every row k of `rows` to two reference rows: the first of `rows`, and the
+    row farthest from it; kappa_ij <= kappa_ir + kappa_rj screens pairs (triangle inequality)."""
+    m = rows.shape[0]
+    first = np.empty(m, dtype=np.float64)
+    for p in range(m):
+        first[p] = tv_one(x, rows[0], rows[p])
+    far = rows[np.argmax(first)]
+    second = np.empty(m, dtype=np.float64)
+    for p in range(m):
+        second[p] = tv_one(x, far, rows[p])
+    return first, second
+
+
 @njit(cache=True)
 def tight_radius(x: np.ndarray, rows: np.ndarray, kappa: float) -> float:
     """min over pairs i < j of `rows` of max((kappa - kappa_ij)/2, g_ij), clipped at 0, for one
-    (n, n) matrix; kappa_ij is only summed for pairs whose g_ij is below the running minimum."""
+    (n, n) matrix. kappa_ij is only summed for pairs whose g_ij is below the running minimum and
+    whose triangle bound on kappa_ij (`reference_distances`) does not already put
+    (kappa - kappa_ij)/2 above it: skipped pairs cannot lower the minimum."""
     best = np.inf
     m = rows.shape[0]
+    first, second = reference_distances(x, rows)
     for p in range(m):
         for q in range(p + 1, m):
             i, j = rows[p], rows[q]
             g = dominance_gap(x, i, j)
             if g >= best:
+                continue
+            upper = min(first[p] + first[q], second[p] + second[q]) + SCREEN_SLACK
+            if upper < kappa - 2.0 * best:
                 continue
             value = max(0.5 * (kappa - tv_one(x, i, j)), g)
             if value < best:
@@ -64,11 +88,15 @@ def failing_radius(x: np.ndarray, rows: np.ndarray, kappa: float, margin: float,
     floor = margin - tol
     best = np.inf
     m = rows.shape[0]
+    first, second = reference_distances(x, rows)
     for p in range(m):
         for q in range(p + 1, m):
             i, j = rows[p], rows[q]
             h = max(-dominance_gap(x, i, j), 0.0) - 2.0 * tol
             if h >= best:
+                continue
+            upper = min(first[p] + first[q], second[p] + second[q]) + SCREEN_SLACK
+            if upper < kappa - 2.0 * (best + tol):
                 continue
             value = max(0.5 * (kappa - tv_one(x, i, j)) - tol, h)
             if value < best:
