@@ -198,3 +198,12 @@ def test_qk_null_at_n_2_is_tight_half_the_time():
 def test_malformed_qk_names_are_refused_in_one_line(name):
     with pytest.raises(InputError, match=f"unknown null '{name}'; choose from all, uniform"):
         parse_nulls([name])
+
+
+def test_qk_nulls_are_named_in_the_baseline_and_the_matched_nulls_and_counted():
+    chosen = parse_config({"store": "/tmp/s.zarr", "matched_nulls": {"nulls": "qk-d8,qk-d8-b4"},
+                           "baseline": {"sizes": [2], "trials": 10, "nulls": ["qk-d1"]}})
+    assert chosen.baseline.nulls == ("qk-d1",)
+    assert chosen.matched_nulls.nulls == ("qk-d8", "qk-d8-b4")
+    holding, disagreements = holding_in_blocks(2, 0, baseline_blocks(2 * BLOCK), null="qk-d1")
+    assert disagreements == 0 and 0.45 * 2 * BLOCK < holding < 0.55 * 2 * BLOCK
