@@ -76,3 +76,25 @@ def test_bootstrap_report_names_its_method_everywhere(store, capsys):
     assert (row["inputs"], row["cells"], row["rate"]) == (4, 4, 0.75)
     assert row["bootstrap_low"] in (0.25, 0.5) and row["bootstrap_high"] == 1.0
     assert document["summary"][0]["ci_low"] == row["bootstrap_low"]
+
+
+def test_a_store_written_before_radii_reads_and_resumes_without_them(tmp_path):
+    import shutil
+
+    import zarr
+
+    from storage.store import write_results
+    from tests.store_fixtures import hand_store
+
+    path = hand_store(tmp_path / "old.zarr")
+    shutil.rmtree(path / "alpha" / "results" / "radius")
+    tree = open_results(path)
+    assert "radius" not in tree["alpha"].to_dataset()
+    report = build_report(tree, str(path))
+    assert report.precision is not None  # beta still has radii: only alpha is left out
+    assert set(report.precision["model"]) == {"beta"}
+    group = zarr.open_group(path / "alpha", mode="r+")
+    fresh = {name: np.asarray(group["results"][name][0:2]) for name in group["results"]}
+    fresh["radius"] = np.zeros_like(fresh["margin"])  # what a resumed test task now returns
+    arrays = write_results(group, 0, fresh)
+    assert "radius" not in arrays
