@@ -1,4 +1,5 @@
-"""`sweep report STORE [--format md|csv|json] [--plots DIR] [--tol T]`: the study's tables."""
+"""`sweep report STORE [--format md|csv|json] [--plots DIR] [--tol T] [--ci bootstrap|wilson]
+[--resamples N] [--seed S]`: the study's tables."""
 
 from __future__ import annotations
 
