@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
+from storage.attention import clear_dropped, drop_attention
 from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files, written_by
@@ -32,7 +33,7 @@ from storage.store import (
     write_training_record,
 )
 from workers.baseline import holding_in_blocks
-from workers.cells import fill_rollout, fill_verdicts
+from workers.cells import fill_radius, fill_rollout, fill_verdicts
 from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
@@ -64,7 +65,7 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
     """The task's extractor, loaded once per process (keyed by model, dataset, device, dtype),
     with the lock that serialises its use: its hooks capture whatever forward pass runs."""
     key = canonical_json([task.spec.to_dict(), task.dataset.to_dict(), task.device, task.dtype,
-                          task.cache_dir])
+                          str(task.cache_dir)])
     dataset = cached_dataset(task.dataset)
     with _CACHE_LOCK:
         if key not in _EXTRACTORS:
@@ -174,8 +175,9 @@ def run_extract(task: ExtractTask) -> int:
         write_input_digest(group, task.start, digests)
         names += ("input_digest",)
     files = shard_chunks(group, names, task.shard, task.start, task.stop)
-    mark_done(task.store, task.scope, task.marker,
-              checksums(task.store, files, written_by(group)))
+    sums = checksums(task.store, files, written_by(group))
+    clear_dropped(task.store, task.model, task.shard)  # every input's attention is back
+    mark_done(task.store, task.scope, task.marker, sums)
     return n
 
 
@@ -210,6 +212,7 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
         return out
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     fill_verdicts(out, result, ok, kept)
+    fill_radius(out, stack, np.arange(m), ok, tol)
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
     fill_rollout(out, stack, result.bound, ok, rollout_mode)
@@ -247,7 +250,8 @@ def shard_attention(group: zarr.Group, start: int, stop: int) -> StoredAttention
 
 def run_test(task: TestTask) -> int:
     """Test the shard's attention (read back one input at a time) for every token set, write
-    results + marker."""
+    results + marker; then delete the attention of the inputs in `task.drop`
+    (`storage.attention.drop_attention`)."""
     group = open_model(task.store, task.model, mode="r+")
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
@@ -255,10 +259,19 @@ def run_test(task: TestTask) -> int:
     arrays = write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                              task.token_sets, task.tol,
                                                              task.rollout))
-    files = shard_chunks(arrays, tuple(RESULT_VARS), task.shard, task.start, task.stop)
+    files = shard_chunks(arrays, tuple(name for name in RESULT_VARS if name in arrays),
+                         task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker,
               checksums(task.store, files, written_by(group)))
+    if task.drop:
+        drop_attention(task.store, task.model, task.shard, attention_chunks(group, task.drop))
     return task.stop - task.start
+
+
+def attention_chunks(group: zarr.Group, inputs: tuple[int, ...]) -> dict[int, str]:
+    """Input index -> key of its attention chunk (one chunk per input)."""
+    array = group["attention"]
+    return {i: chunk_files(array, [(i,) + (0,) * (array.ndim - 1)])[0] for i in inputs}
 
 
 def run_baseline(task: BaselineTask) -> int:
