@@ -39,6 +39,8 @@ from sweep import report_training
 from sweep.report_controls import controls_table, markdown_section
 from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_readings import attribution, attribution_markdown, label_readings
+from sweep.report_seeds import markdown_section as seeds_section
+from sweep.report_seeds import seeds_table
 from workers.token_kinds import reading_label
 
 DEPTH_BINS = 3  # the depth section's relative-depth bins: thirds
@@ -67,6 +69,7 @@ class Report:
     training: dict  # 7. model name -> training record (models trained by the project)
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
     heads: pd.DataFrame | None = None  # 2. model, head, token_set (models that kept each head)
+    seeds: pd.DataFrame | None = None  # model, token_set: rates across training seeds
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -94,6 +97,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         training=report_training.training_records(tree),
         nulls=null_lifts(tree, summary),
         heads=head_rates(tree, cells),
+        seeds=label_readings(seeds_table(summary)),
     )
 
 
@@ -231,6 +235,8 @@ def render_markdown(report: Report) -> str:
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
     out += markdown_section(report.controls)
+    if report.seeds is not None:
+        out += seeds_section(report.seeds)
     if report.nulls is not None:
         out += ["Beside size-matched nulls (random matrices at the sizes of the model's own "
                 "tested matrices; the null's rate, then the lift observed - null in percentage "
