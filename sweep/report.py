@@ -35,6 +35,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep import findings as findings_rules
 from sweep import report_training
 from sweep.report_controls import controls_table, markdown_section
 from sweep.report_nulls import lift_lines, null_lifts
@@ -70,6 +71,7 @@ class Report:
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
     heads: pd.DataFrame | None = None  # 2. model, head, token_set (models that kept each head)
     seeds: pd.DataFrame | None = None  # model, token_set: rates across training seeds
+    findings: pd.DataFrame | None = None  # model, token_set, kind: what the intervals support
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
@@ -79,12 +81,15 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
     depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=DEPTH_BINS)
     order = model_names(tree)
     summary = rates_from_cells(cells, by=("model", "token_set"))
+    per_layer = rates_from_cells(cells)
+    controls, nulls, seeds = (controls_table(summary), null_lifts(tree, summary),
+                              seeds_table(summary))
     return Report(
         store=store,
         tol=tol,
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
         summary=label_readings(summary),
-        rates=label_readings(rates_from_cells(cells)),
+        rates=label_readings(per_layer),
         depth=label_readings(_in_store_order(depth, order, ["token_set", "depth"])),
         failures=label_readings(_in_store_order(failures_by_depth(cells), order, ["token_set"])),
         rescue=special_token_rescue(tree, tol),
@@ -93,11 +98,13 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         baseline=baseline_table(tree),
         token_counts=label_readings(token_counts(tree)),
         rollout=label_readings(rollout_gap(tree)),
-        controls=label_readings(controls_table(summary)),
+        controls=label_readings(controls),
         training=report_training.training_records(tree),
-        nulls=null_lifts(tree, summary),
+        nulls=nulls,
         heads=head_rates(tree, cells),
-        seeds=label_readings(seeds_table(summary)),
+        seeds=label_readings(seeds),
+        findings=findings_rules.build_findings(summary, per_layer, controls, nulls, seeds,
+                                               findings_rules.head_pairs(tree)),
     )
 
 
@@ -276,6 +283,8 @@ def render_markdown(report: Report) -> str:
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
     out += report_training.render_markdown(report.training)
+    if report.findings is not None:
+        out += findings_rules.markdown_section(report.findings)
     return "\n".join(out)
 
 
