@@ -3,10 +3,11 @@
 Per model with replicates in the store (`sweep.seeds.seed_groups`: `<name>@seed<k>`) and per token
 set: each seed's holding rate, their mean and a 95% between-seed interval (Student's t over the
 seeds: mean ± t(0.975, k - 1) · sd / √k, sd with k - 1 degrees of freedom, k the number of seeds
-with a rate); and, where every replicate has its random-init control, each seed's trained −
-control difference with the same interval. The interval describes how training seeds scatter
-the rate (one seed is one draw of the split, the initialisation and the batch order); it takes
-no account of the sampling error within each seed's rate (the headline's intervals give that).
+with a rate; truncated to [0, 1]); and, where every replicate has its random-init control, each
+seed's trained − control difference with the same interval. The interval describes how
+training seeds scatter the rate (one seed is one draw of the split, the initialisation and the
+batch order); it takes no account of the sampling error within each seed's rate (the
+headline's intervals give that).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def seeds_table(summary: pd.DataFrame) -> pd.DataFrame:
             rates = [rate.get((name, token_set), math.nan) for name in names]
             controls = [rate.get((control_name(name), token_set)) for name in names]
             mean, low, high = t_interval(rates)
+            low, high = _within(low, 0.0, 1.0), _within(high, 0.0, 1.0)  # a rate is in [0, 1]
             row = {"model": model, "token_set": token_set, "n_seeds": len(names),
                    "seeds": [seed for seed, _ in replicates], "rates": _listed(rates),
                    "rate_mean": mean, "ci_low": low, "ci_high": high,
@@ -90,6 +92,11 @@ def markdown_section(table: pd.DataFrame) -> list[str]:
             f"[{_points(r['difference_ci_low'])}, {_points(r['difference_ci_high'])}] |"
         )
     return [*out, ""]
+
+
+def _within(value: float, low: float, high: float) -> float:
+    """`value` clipped to [low, high]; NaN stays NaN."""
+    return value if not math.isfinite(value) else min(max(value, low), high)
 
 
 def _listed(values: list[float]) -> list[float | None]:

@@ -122,8 +122,8 @@ def test_the_report_gives_each_seed_the_mean_and_the_difference_across_seeds(rep
         ("ft", "all", 3, [0, 1, 2])
     assert row["rates"] == pytest.approx([0.2, 0.4, 0.6])
     assert row["rate_mean"] == pytest.approx(0.4)
-    half = 4.303 * 0.2 / math.sqrt(3)  # sd of 0.2, 0.4, 0.6 is 0.2
-    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.4 - half, 0.4 + half), abs=1e-4)
+    half = 4.303 * 0.2 / math.sqrt(3)  # sd of 0.2, 0.4, 0.6 is 0.2: 0.4 - half < 0
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((0.0, 0.4 + half), abs=1e-4)
     assert row["control_rates"] == pytest.approx([0.1, 0.1, 0.4])
     assert row["differences"] == pytest.approx([0.1, 0.3, 0.2])
     assert row["difference_mean"] == pytest.approx(0.2)
