@@ -68,6 +68,13 @@ def test_the_transform_is_fitted_on_the_training_rows_only():
     assert not torch.equal(stats["stats.quantiles"], moved["stats.quantiles"])
 
 
+def test_a_table_of_fewer_training_rows_than_quantiles_fits_one_quantile_per_row():
+    table = make_table(rows=12)
+    rows = table_split(OPTIONS, 0, table)["train"]
+    stats = fit_preprocessing(OPTIONS, 0, table, rows)
+    assert len(rows) < 10 and stats["stats.quantiles"].shape == (len(rows), 2)
+
+
 def test_the_transform_is_a_function_of_the_seed():
     table = make_table()
     rows = table_split(OPTIONS, 0, table)["train"]

@@ -67,7 +67,8 @@ def fit_quantiles(table: Table, train_rows: np.ndarray, seed: int) -> QuantileTr
     as they are; the noise only breaks ties in the fit), as the rtdl_revisiting_models example."""
     x = table.features[np.ix_(train_rows, table.continuous)].astype(np.float64)
     noise = np.random.default_rng(seed).normal(0.0, QUANTILE_NOISE, x.shape)
-    transform = QuantileTransformer(n_quantiles=n_quantiles(len(train_rows)),
+    # sklearn caps the count at the rows it is fitted on (with a warning): cap it here, silently
+    transform = QuantileTransformer(n_quantiles=min(n_quantiles(len(train_rows)), len(x)),
                                     output_distribution="normal", subsample=SUBSAMPLE,
                                     random_state=seed)
     return transform.fit(x + noise)

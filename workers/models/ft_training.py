@@ -144,7 +144,7 @@ def preprocessing(options: dict[str, Any], n_train: int) -> dict[str, Any]:
     if options["preprocessing"] == "standard":
         return {"kind": "standard", "fitted_on": "train rows"}
     return {"kind": "quantile", "fitted_on": "train rows", "output_distribution": "normal",
-            "n_quantiles": n_quantiles(n_train), "noise_std": QUANTILE_NOISE,
+            "n_quantiles": min(n_quantiles(n_train), n_train), "noise_std": QUANTILE_NOISE,
             "subsample": SUBSAMPLE, "random_state": "seed"}
 
 
