@@ -147,6 +147,10 @@ def build_findings(summary: pd.DataFrame, rates: pd.DataFrame, controls: pd.Data
                            *null_findings(nulls), *depth_findings(rates),
                            *head_findings(summary, head_pairs)) if r is not None]
     order = {name: i for i, name in enumerate(dict.fromkeys(summary["model"]))}
+    for name, i in list(order.items()):  # a replicated model: after its replicates' findings
+        base = name.split("@seed")[0]
+        if base != name:
+            order[base] = max(order.get(base, i), i + 0.5)
     records.sort(key=lambda r: order.get(r["model"], len(order)))  # stable: rules keep order
     return pd.DataFrame(records, columns=COLUMNS)
 

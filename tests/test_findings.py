@@ -44,20 +44,20 @@ def test_controls_nulls_and_seeds_become_records_of_one_shape():
     seeds = pd.DataFrame([{"model": "s", "token_set": "content", "n_seeds": 3,
                            "difference_mean": 0.05, "difference_ci_low": -0.2,
                            "difference_ci_high": 0.3}])
-    summary = pd.DataFrame({"model": ["a", "b", "s"]})
+    summary = pd.DataFrame({"model": ["a", "s@seed0", "s@seed0@random-init", "b"]})
     rates = pd.DataFrame(columns=["model", "layer", "token_set", "inputs", "holding"])
     table = findings.build_findings(summary, rates, controls, nulls, seeds)
     assert list(table.columns) == ["model", "token_set", "kind", "estimate", "ci_low", "ci_high",
                                    "text"]
-    assert table[["model", "kind"]].values.tolist() == [
-        ["a", "vs_control"], ["a", "vs_null:softmax-b2"], ["b", "vs_control"],
-        ["s", "seeds_vs_control"]]
+    assert table[["model", "kind"]].values.tolist() == [  # in model order; seeds after theirs
+        ["a", "vs_control"], ["a", "vs_null:softmax-b2"], ["s", "seeds_vs_control"],
+        ["b", "vs_control"]]
     texts = table["text"].tolist()
     assert texts[0] == "a (all): tighter than its control a@random-init: +20.0 pp [+5.0 pp, " \
         "+33.0 pp]"
     assert texts[1].startswith("a (all): looser than the size-matched softmax-b2 null: -10.0 pp")
-    assert texts[2].startswith("b (all): indistinguishable from its control")
-    assert "(mean over 3 seeds)" in texts[3] and "indistinguishable" in texts[3]
+    assert "(mean over 3 seeds)" in texts[2] and "indistinguishable" in texts[2]
+    assert texts[3].startswith("b (all): indistinguishable from its control")
 
 
 def per_layer(model: str, failures: list[int], inputs: int = 40) -> pd.DataFrame:

@@ -139,3 +139,26 @@ def test_the_seed_table_in_json_and_markdown(report):
     assert "## Seeds: the rate across training seeds" in text
     assert "| ft | all | 0, 1, 2 | 20.0%, 40.0%, 60.0% | 40.0% [" in text
     assert "| +10.0 pp, +30.0 pp, +20.0 pp | +20.0 pp [" in text
+
+
+def test_a_sweep_trains_and_stores_each_seed_with_its_own_control(tmp_path):
+    from sweep.config import load_config
+    from sweep.runner import InProcessExecutor, run_sweep
+
+    (tmp_path / "sweep.yaml").write_text(
+        "store: s.zarr\nshard_size: 16\nbaseline: null\nmatched_nulls: null\n"
+        "datasets:\n  wine: {source: 'sklearn:wine', limit: 8}\n"
+        "models:\n  ft: {source: ft-transformer, dataset: wine, seeds: [0, 1], "
+        "control: random-init, options: {max_epochs: 2, n_blocks: 2, d_block: 8}}\n")
+    config = load_config(tmp_path / "sweep.yaml")
+    run_sweep(config, InProcessExecutor(), progress=False)
+    tree = open_results(tmp_path / "s.zarr")
+    assert list(tree.children) == ["ft@seed0", "ft@seed0@random-init", "ft@seed1",
+                                   "ft@seed1@random-init"]
+    records = [tree[f"ft@seed{seed}"].attrs["training"] for seed in (0, 1)]
+    assert [r["hyperparameters"]["seed"] for r in records] == [0, 1]
+    assert records[0]["history"] != records[1]["history"]  # two trainings, two draws
+    ids = [tuple(tree[name]["input"].values) for name in tree.children]
+    assert ids[0] == ids[1] and ids[2] == ids[3] and ids[0] != ids[2]  # each seed's test rows
+    (row, _) = build_report(tree).seeds.to_dict("records")
+    assert (row["model"], row["seeds"]) == ("ft", [0, 1])
