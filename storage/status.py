@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from storage.attention import EXTRACT_STAGE, AttentionPolicy, dropped_by_shard, held_inputs
 from storage.errors import StoreDamagedError
 from storage.integrity import FULL, MARKERS, STAT, scan_store
 from storage.layout import (
@@ -25,6 +26,8 @@ from storage.location import StoreLike, locate
 from storage.markers import MarkerIndex, marker_key, marker_name, read_state
 from storage.store import open_root
 
+MISSING = "group"  # the stage of a StageStatus standing for a deleted group
+
 
 @dataclass
 class StageStatus:
@@ -36,6 +39,7 @@ class StageStatus:
     pending: int = 0
     failed: dict[str, str] = field(default_factory=dict)  # marker name -> error
     damaged: dict[str, list[str]] = field(default_factory=dict)  # marker name -> chunk files
+    missing: bool = False  # the scope's group is gone from the store (stage MISSING)
 
     @property
     def total(self) -> int:
@@ -61,9 +65,10 @@ def _count(index: MarkerIndex, scope: str, stage: str, names: list[str],
 
 def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]:
     """Per model and stage, then for the baseline, how many tasks are done, pending, failed;
-    done tasks whose chunks no longer match their markers count as pending and are listed as
-    damaged: checked against one listing of the store (sizes and versions, as `sweep run`
-    checks at start-up), or re-read and re-hashed with `verify`."""
+    a model whose group is gone is one `missing` entry (stage MISSING); done tasks whose chunks
+    no longer match their markers count as pending and are listed as damaged: checked
+    against one listing of the store (sizes and versions, as `sweep run` checks at start-up),
+    or re-read and re-hashed with `verify`."""
     location = locate(store)
     root = open_root(location)
     if "config" not in root.attrs:
@@ -75,6 +80,9 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
     damaged = scan_store(location, depth=FULL if verify else STAT)
     out = []
     for model in root.attrs.get("models", []):
+        if model not in root:  # deleted: `sweep run` recreates and recomputes it
+            out.append(StageStatus(model, MISSING, pending=1, missing=True))
+            continue
         n_shards = root[model].attrs["n_shards"]
         if index.done(model, PREPARE_STAGE) or index.failed(model, PREPARE_STAGE):
             out.append(_count(index, model, PREPARE_STAGE, [PREPARE_STAGE], damaged))
@@ -94,4 +102,40 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
         names = [marker_name(BASELINE_STAGE, f"{null}n{n:04d}-c{chunk:05d}")
                  for null in nulls for n in attrs["sizes"] for chunk in range(n_chunks)]
         out.append(_count(index, BASELINE_GROUP, BASELINE_STAGE, names, damaged))
+    return out
+
+
+@dataclass(frozen=True)
+class AttentionHeld:
+    """How many of a model's inputs still have their attention in the store, and its policy."""
+
+    model: str
+    held: int
+    n_inputs: int
+    policy: str
+
+    def line(self) -> str:
+        return (f"attention {self.model}: {self.held} of {self.n_inputs} inputs still have "
+                f"their attention (attention: {self.policy})")
+
+
+def attention_held(store: StoreLike) -> list[AttentionHeld]:
+    """Per model: inputs of extracted shards less those whose attention was dropped
+    (`storage.attention`), from one listing of the markers."""
+    location = locate(store)
+    root = open_root(location)
+    index = MarkerIndex(location)
+    dropped = dropped_by_shard(location)
+    out = []
+    for model in root.attrs.get("models", []):
+        if model not in root:
+            continue  # a group gone from the store: `store_status` reports it missing
+        attrs = root[model].attrs
+        size, n = attrs["shard_size"], attrs["n_inputs"]
+        done = [(shard, shard * size, min(shard * size + size, n))
+                for shard in range(attrs["n_shards"])
+                if index.done(model, marker_name(EXTRACT_STAGE, shard))]
+        mine = {shard: inputs for (scope, shard), inputs in dropped.items() if scope == model}
+        policy = AttentionPolicy.parse(attrs.get("attention", "keep"))
+        out.append(AttentionHeld(model, held_inputs(done, mine), n, str(policy)))
     return out

@@ -82,7 +82,7 @@ CONSTANTS: dict[str, Constant] = {
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
-        "README Speed (extract_bench.py vit-base-16 --random-init --batch-size 8: 0.54 "
+        "benchmarks/README.md (extract_bench.py vit-base-16 --random-init --batch-size 8: 0.54 "
         "inputs/s on 2 cores = 3.7 CPU-s per input / (12 x 197))",
     ),
     "GPU_LAYER_TOKEN_S": Constant(

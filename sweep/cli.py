@@ -54,8 +54,27 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def joined_negative_values(words: list[str]) -> list[str]:
+    """`--opt -1e-9` as `--opt=-1e-9`: argparse takes a word that starts with `-` for an option
+    unless it looks like `-1` or `-.5`, so a negative number in exponent form
+    (`--tol -1e-9`) read as a missing value."""
+    out: list[str] = []
+    for word in words:
+        if out and out[-1].startswith("--") and "=" not in out[-1] and word.startswith("-"):
+            try:
+                float(word)
+            except ValueError:
+                pass
+            else:
+                out[-1] = f"{out[-1]}={word}"
+                continue
+        out.append(word)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    words = sys.argv[1:] if argv is None else argv
+    words = joined_negative_values(sys.argv[1:] if argv is None else argv)
+    argv = words
     chosen = next((word for word in words if not word.startswith("-")), None)
     remember_sigint()
     try:

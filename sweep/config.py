@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from storage.attention import AttentionPolicy
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
 from storage.location import StoreRef, check_options, check_url, scheme_of
@@ -48,6 +49,25 @@ MESSAGES = {
 }
 Dtype = Literal["float32", "bfloat16", "float16"]
 Rollout = Literal["every", "last", "off"]  # workers.equality.ROLLOUT_MODES (a test checks)
+
+
+class SampleConfig(BaseModel):
+    """`attention: {sample: N, seed: S}`: keep the attention of N inputs per model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    sample: NonNegativeInt
+    seed: NonNegativeInt = 0
+
+
+Attention = Literal["keep", "drop"] | SampleConfig
+
+
+def _attention(value: Any) -> Any:
+    """`attention:` checked by `storage.attention.AttentionPolicy.parse` (one clear line)."""
+    if value is None or isinstance(value, SampleConfig):
+        return value
+    AttentionPolicy.parse(value)
+    return value
 
 
 def _resolve(path: Path | None, info: ValidationInfo) -> Path | None:
@@ -115,7 +135,10 @@ class ModelConfig(_Frozen):
     device: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     control: Literal["random-init"] | None = None  # adds `<name>@random-init` (sweep.controls)
+    attention: Attention | None = None  # the sweep's `attention` when None
     seeds: tuple[NonNegativeInt, ...] | None = None  # replicates `<name>@seed<k>` (sweep.seeds)
+
+    _attention = field_validator("attention", mode="before")(_attention)
 
     @field_validator("seeds")
     @classmethod
@@ -216,6 +239,7 @@ class SweepConfig(_Frozen):
     token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
     tol: float = Field(default=DEFAULT_TOL, ge=0.0)
     rollout: Rollout = "every"
+    attention: Attention = "keep"  # storage.attention: which inputs keep their attention
     retries: NonNegativeInt = 2
     batch_size: PositiveInt = 8
     dtype: Dtype = "float32"
@@ -227,6 +251,7 @@ class SweepConfig(_Frozen):
     matched_nulls: MatchedNullsConfig | None = MatchedNullsConfig()
 
     _store = field_validator("store")(_resolve_store)
+    _attention = field_validator("attention", mode="before")(_attention)
 
     @field_validator("storage_options")
     @classmethod
@@ -255,17 +280,25 @@ class SweepConfig(_Frozen):
         return StoreRef.of(self.store, self.storage_options)
 
     @property
-    def checkpoint_dir(self) -> str:
+    def checkpoint_dir(self) -> StoreRef:
         """Where trained checkpoints (FT-Transformer) live: `cache_dir`, else inside the store
-        (a folder or a URL: `storage.location`)."""
+        (a folder or a URL with the store's options: `storage.location`)."""
         if self.cache_dir is not None:
-            return str(self.cache_dir)
-        return f"{self.store.rstrip('/')}/{BOOKKEEPING_DIR}/cache"
+            return StoreRef.of(self.cache_dir)
+        return StoreRef.of(f"{self.store.rstrip('/')}/{BOOKKEEPING_DIR}/cache",
+                           self.storage_options)
 
     def model_setting(self, name: str, key: Literal["batch_size", "dtype", "device"]) -> Any:
         """A model's own setting, or the sweep-wide default when the model does not set it."""
         value = getattr(self.models[name], key)
         return getattr(self, key) if value is None else value
+
+    def attention_policy(self, name: str) -> AttentionPolicy:
+        """Model `name`'s attention policy: its own `attention`, else the sweep's."""
+        value = self.models[name].attention
+        value = self.attention if value is None else value
+        return AttentionPolicy.parse(value.model_dump() if isinstance(value, SampleConfig)
+                                     else value)
 
     def resolved(self) -> dict[str, Any]:
         """The config as plain JSON data, every default filled in."""

@@ -51,9 +51,8 @@ TASK_FAILURE = "sweep_task_key"  # attribute set on a task's exception re-raised
 
 def classify(error: BaseException) -> tuple[int, str, str] | None:
     """(exit code, label, one-line message) for a fault `main` reports, or None to re-raise
-    (unknown errors, and a task's own exception re-raised by `sweep run --in-process`)."""
-    if getattr(error, TASK_FAILURE, None) is not None:
-        return None
+    (unknown errors: a bug keeps its traceback, as does a task's own unknown exception
+    re-raised by `sweep run --in-process`; a task's known fault is one line like any other)."""
     if isinstance(error, KeyboardInterrupt):
         return EXIT_INTERRUPTED, "interrupted", one_line(str(error)) or "stopped by Ctrl-C"
     if isinstance(error, (InputError, FileNotFoundError, IsADirectoryError)):
@@ -66,4 +65,4 @@ def classify(error: BaseException) -> tuple[int, str, str] | None:
         return EXIT_ENVIRONMENT, "environment fault", one_line(str(error))
     if isinstance(error, OSError):
         return EXIT_ENVIRONMENT, "environment fault", one_line(os_error_line(error))
-    return None
+    return None  # also for a task's exception (TASK_FAILURE set): its traceback is the point

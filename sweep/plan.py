@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from storage.attention import AttentionPolicy
 from storage.fingerprint import fingerprint
 from storage.layout import head_labels
 from storage.location import StoreRef
@@ -67,11 +68,24 @@ class Fingerprinted:
         return fingerprint(self.fingerprint_inputs())
 
 
+# Fingerprint inputs left out when they hold these defaults, so stores made before the key was
+# fingerprinted keep their fingerprint; `with_defaults` shows them in refusals.
+OMITTED_DEFAULTS: dict[str, Any] = {"rollout": "every", "batch_size": 8, "device": "auto"}
+
+
+def device_kind(device: str) -> str:
+    """What of a `device` setting changes stored values: its kind (`cuda:1` -> `cuda`); `auto`
+    as written (the workers resolve it)."""
+    return device.split(":", 1)[0]
+
+
 def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
                   token_sets: tuple[str, ...], tol: float, dtype: str,
-                  rollout: str) -> dict[str, Any]:
+                  rollout: str, batch_size: int = 8, device: str = "auto") -> dict[str, Any]:
     """The part of a model's fingerprint inputs that the config alone decides: the one owner of
-    these keys, for the plan and for the refusals decided before the lock."""
+    these keys, for the plan and for the refusals decided before the lock. The batch size and
+    the device kind change a model's attention in its last float bits (padding, kernels)."""
+    optional = {"rollout": rollout, "batch_size": batch_size, "device": device_kind(device)}
     return {
         "model": spec.to_dict(),
         "dataset": dataset.to_dict(),
@@ -79,9 +93,13 @@ def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
         "token_sets": list(token_sets),
         "tol": tol,
         "dtype": dtype,
-        # only when not the default, so stores made before the option keep their fingerprint
-        **({"rollout": rollout} if rollout != "every" else {}),
+        **{key: value for key, value in optional.items() if value != OMITTED_DEFAULTS[key]},
     }
+
+
+def with_defaults(inputs: dict[str, Any]) -> dict[str, Any]:
+    """`inputs` with the defaults `config_inputs` leaves out filled in (for messages)."""
+    return {**OMITTED_DEFAULTS, **inputs}
 
 
 def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
@@ -90,7 +108,8 @@ def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
     return config_inputs(resolve_model(entry.source, **entry.options),
                          config.datasets[entry.dataset].to_spec(), config.shard_size,
                          config.token_sets, config.tol, config.model_setting(name, "dtype"),
-                         config.rollout)
+                         config.rollout, config.model_setting(name, "batch_size"),
+                         config.model_setting(name, "device"))
 
 
 @dataclass(frozen=True)
@@ -115,6 +134,8 @@ class ModelPlan(Fingerprinted):
     cube_sum: int
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES
     n_heads: int = 1  # maps kept per layer: 1 (spec.heads mean), or the model's heads (each)
+    attention: AttentionPolicy = AttentionPolicy()  # not a fingerprint input: results equal
+    kept: frozenset[int] | None = None  # inputs whose attention stays (None: all)
 
     @property
     def heads(self) -> list[str]:
@@ -131,11 +152,11 @@ class ModelPlan(Fingerprinted):
         return start, min(start + self.shard_size, self.n_inputs)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
-        """Everything that determines this model's stored values (not batch size or device):
-        what the config decides (`config_inputs`) and what the inputs are."""
+        """Everything that determines this model's stored values: what the config decides
+        (`config_inputs`, the batch size and device kind included) and what the inputs are."""
         return {
             **config_inputs(self.spec, self.dataset, self.shard_size, self.token_sets, self.tol,
-                            self.dtype, self.rollout),
+                            self.dtype, self.rollout, self.batch_size, self.device),
             "input_ids_sha256": self.ids_sha256,
             "n_inputs": self.n_inputs,
             "n_layers": self.n_layers,
@@ -143,9 +164,29 @@ class ModelPlan(Fingerprinted):
         }
 
     @property
+    def input_bytes(self) -> int:
+        """Uncompressed size of one input's padded attention (every layer and stored head)."""
+        return self.n_layers * self.n_heads * self.t_max**2 * ATTENTION_ITEMSIZE
+
+    @property
     def attention_bytes(self) -> int:
         """Uncompressed size of the padded attention array."""
-        return self.n_inputs * self.n_layers * self.n_heads * self.t_max**2 * ATTENTION_ITEMSIZE
+        return self.n_inputs * self.input_bytes
+
+    def dropped_after_test(self, shard: int) -> tuple[int, ...]:
+        """Inputs of `shard` whose attention its test task deletes (the policy's complement)."""
+        start, stop = self.shard_range(shard)
+        if self.kept is None:
+            return ()
+        return tuple(i for i in range(start, stop) if i not in self.kept)
+
+    def peak_attention_bytes(self, in_flight: int) -> int:
+        """Most attention bytes the policy lets the store hold at once with `in_flight` shards
+        extracted and not yet tested: the kept inputs plus those shards' (at most the total)."""
+        if self.kept is None:
+            return self.attention_bytes
+        flight = min(self.n_inputs, in_flight * self.shard_size)
+        return min(self.n_inputs, len(self.kept) + flight) * self.input_bytes
 
 
 @dataclass(frozen=True)
@@ -259,6 +300,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
     entry = config.models[name]
     spec = resolve_model(entry.source, **entry.options)
     work = len(config.token_sets) * facts.n_layers * facts.n_heads * facts.cube_sum
+    policy = config.attention_policy(name)
     return ModelPlan(
         name=name,
         spec=spec,
@@ -278,6 +320,8 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         cube_sum=facts.cube_sum,
         rollout=config.rollout,
         n_heads=facts.n_heads,
+        attention=policy,
+        kept=None if policy.mode == "keep" else policy.kept(name, facts.input_ids),
     )
 
 
@@ -295,7 +339,7 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
         ))
         tasks.append(TestTask(
             test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
-            plan.tol, plan.rollout,
+            plan.tol, plan.rollout, plan.dropped_after_test(shard),
         ))
     return tasks
 

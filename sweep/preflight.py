@@ -20,13 +20,16 @@ from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
 from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
-from sweep.plan import baseline_plan, model_config_inputs
+from sweep.plan import baseline_plan, model_config_inputs, with_defaults
+from workers.inputs import open_dataset
+from workers.inputs.images import ImageFolder
 from workers.models import resolve_model
 
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
-CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout")
+CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout",
+               "batch_size", "device")
 """The keys of a model's fingerprint inputs that the config alone decides
-(`sweep.plan.config_inputs`; rollout only when not `every`)."""
+(`sweep.plan.config_inputs`; rollout, batch_size and device only when not the default)."""
 
 
 def check_store_path(store: StoreLike) -> bool:
@@ -60,7 +63,8 @@ def check_store_path(store: StoreLike) -> bool:
 
 
 def check_models(config: SweepConfig) -> None:
-    """Every model resolves (source and options) and reads a dataset of its own modality."""
+    """Every model resolves (source and options), reads a dataset of its own modality and has
+    its weights file where the driver can see it (`hf:` folders: `check_local_weights`)."""
     for name, entry in config.models.items():
         spec = resolve_model(entry.source, **entry.options)
         kind = config.datasets[entry.dataset].to_spec().kind
@@ -69,6 +73,21 @@ def check_models(config: SweepConfig) -> None:
                 f"models.{name}: {entry.source!r} is a {spec.modality} model but dataset "
                 f"{entry.dataset!r} is {kind}; point it at a {spec.modality} dataset"
             )
+        if spec.family == "hf":
+            from workers.models.hf import check_local_weights
+
+            check_local_weights(spec)
+
+
+def check_inputs(config: SweepConfig) -> None:
+    """Every image file of the image folders that models read opens as an image (a header read
+    each, no pixel decoded: `workers.inputs.images.check_header`)."""
+    for name in dict.fromkeys(entry.dataset for entry in config.models.values()):
+        spec = config.datasets[name].to_spec()
+        if spec.kind == "image" and spec.path is not None:
+            dataset = open_dataset(spec)
+            if isinstance(dataset, ImageFolder):
+                dataset.check_headers()
 
 
 def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
@@ -102,9 +121,10 @@ def _refuse(store: StoreLike, problems: list[tuple[str, list[str]]]) -> None:
 
 def check_before_lock(config: SweepConfig) -> None:
     """Everything the config alone decides, before the lock file or a checkpoint is written:
-    models, the store path, and every finished group against the config (devices are checked
-    by `sweep run` for local runs: `sweep.devices`)."""
+    models and their weights files, image headers, the store path, and every finished group
+    against the config (devices are checked by `sweep run` for local runs: `sweep.devices`)."""
     check_models(config)
+    check_inputs(config)
     if not check_store_path(config.store_ref):
         return
     groups = _finished_groups(config.store_ref, list(config.models))
@@ -113,7 +133,7 @@ def check_before_lock(config: SweepConfig) -> None:
         if name in groups:
             planned = model_config_inputs(config, name)
             stored = {k: v for k, v in groups[name]["inputs"].items() if k in CONFIG_KEYS}
-            lines = describe_changes(stored, planned)
+            lines = describe_changes(with_defaults(stored), with_defaults(planned))
             if lines:
                 problems.append((f"model {name!r}", [f"models.{name}.{x}" for x in lines]))
     baseline = _baseline_inputs(config)
@@ -135,6 +155,6 @@ def check_plan_fits_store(store: StoreLike, plan_inputs: dict[str, dict[str, Any
         if name in groups and groups[name]["fingerprint"] != fingerprint(inputs):
             prefix = "baseline." if name == BASELINE_GROUP else f"models.{name}."
             who = "the baseline" if name == BASELINE_GROUP else f"model {name!r}"
-            lines = describe_changes(groups[name]["inputs"], inputs)
+            lines = describe_changes(with_defaults(groups[name]["inputs"]), with_defaults(inputs))
             problems.append((who, [prefix + x for x in lines] or ["fingerprint differs"]))
     _refuse(store, problems)

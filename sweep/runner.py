@@ -27,8 +27,9 @@ from storage.store import (
     stored_model_attrs,
     write_root_attrs,
 )
+from sweep.bounded import check_attention_change, finish_drops, reextractions
 from sweep.config import SweepConfig
-from sweep.faults import TASK_FAILURE
+from sweep.faults import EXIT_INTERRUPTED, TASK_FAILURE, classify
 from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
 from sweep.interrupts import Interrupted, raise_if_interrupted
 from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
@@ -132,6 +133,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                    "cube_sum": model.cube_sum},
             fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
         )
+        if root[model.name].attrs.get("attention") != model.attention.to_json():
+            root[model.name].attrs["attention"] = model.attention.to_json()
     if plan.baseline is not None:
         b = plan.baseline
         ensure_baseline(root, sizes=b.sizes, trials=b.trials, seed=b.seed,
@@ -147,16 +150,21 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     return plan
 
 
-def pending_tasks(plan: SweepPlan, *, verify: bool = False) -> list[Task]:
+def pending_tasks(plan: SweepPlan, *, verify: bool = False,
+                  reextract: bool = False) -> list[Task]:
     """Tasks without a done marker, in plan order. A shard whose extraction reruns also reruns
     its test (its done marker is cleared: the data it vouched for is about to be rewritten), and
     a model whose tests rerun reruns its size-matched nulls (drawn at the tested sizes).
     Done tasks whose inputs changed or whose chunks are damaged (`sweep.freshness`) rerun;
-    `verify` re-hashes every done chunk instead of those whose size or version changed. The
+    `verify` re-hashes every done chunk instead of those whose size or version changed. A
+    shard whose test reruns but whose attention was dropped re-extracts first, and so does one
+    whose dropped attention the policy now keeps when `reextract` (`sweep.bounded`). The
     store's markers are listed once (`storage.markers.MarkerIndex`)."""
     index = markers.MarkerIndex(plan.config.store_ref)
     for task in [*stale_extractions(plan, index), *damaged_tasks(plan, verify=verify,
                                                                   index=index)]:
+        index.clear(task.scope, task.marker)
+    for task in reextractions(plan, index, reextract=reextract):
         index.clear(task.scope, task.marker)
 
     def done(task: Task) -> bool:
@@ -187,14 +195,36 @@ def failure_text(error: BaseException) -> str:
     return f"{error_line(error)}\n{trace}"
 
 
+def naming_the_store(error: BaseException, store: str) -> BaseException:
+    """A failed task's exception as `sweep.cli.main` reports it: an OSError that names no path
+    (a write deep inside zarr or a codec) names the store the task was writing to."""
+    if isinstance(error, OSError) and error.filename is None and error.errno is not None:
+        named = OSError(error.errno, error.strerror or str(error), str(store))
+        named.__cause__ = error
+        return named
+    return error
+
+
 @dataclass
 class RunSummary:
-    """What one run did: tasks completed, skipped as already done, failed (with errors), blocked."""
+    """What one run did: tasks completed, skipped as already done, failed (with errors), blocked;
+    `raised`: the exception of each failed task, where the executor kept it."""
 
     completed: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     failed: dict[str, str] = field(default_factory=dict)
     blocked: list[str] = field(default_factory=list)
+    raised: dict[str, BaseException] = field(default_factory=dict, repr=False, compare=False)
+
+    def fault(self) -> BaseException | None:
+        """The first failed task's exception that `sweep.faults.classify` reports in one line
+        (bad input, the environment, a damaged store or checkpoint, a model without attention),
+        or None: the run then ends with the summary and exit code 1."""
+        for key in self.failed:
+            fault = classify(self.raised[key]) if key in self.raised else None
+            if fault is not None and fault[0] != EXIT_INTERRUPTED:
+                return self.raised[key]
+        return None
 
     @property
     def exit_code(self) -> int:
@@ -210,7 +240,8 @@ class RunSummary:
 
 
 class Executor(Protocol):
-    """Runs tasks; returns per key None (success) or the error line, and the blocked keys."""
+    """Runs tasks; returns per key None (success) or the error line, and the blocked keys. An
+    executor may keep `errors` (key -> exception of a failed task): `RunSummary.fault`."""
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]: ...
@@ -226,6 +257,7 @@ class InProcessExecutor:
     def __init__(self, *, reraise: bool = False) -> None:
         self.reraise = reraise
         self.raised: tuple[str, BaseException] | None = None
+        self.errors: dict[str, BaseException] = {}  # key -> the last error of a failed task
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
@@ -242,6 +274,7 @@ class InProcessExecutor:
             outcomes[task.key] = None if error is None else failure_text(error)
             if error is not None:
                 stopped.add(task.key)
+                self.errors[task.key] = error
             if progress:
                 print(f"{task.key}: {'done' if error is None else error_line(error)}",
                       file=sys.stderr)
@@ -263,54 +296,75 @@ class InProcessExecutor:
         return error
 
 
+def interrupted_run(plan: SweepPlan, skipped: int) -> Interrupted:
+    """`Interrupted` with the done tasks counted from the store's markers now, as a rerun will
+    count them: call it once the workers have stopped (tasks still running at the Ctrl-C write
+    their markers until then). `skipped`: tasks done before this run."""
+    index = markers.MarkerIndex(plan.config.store_ref)
+    done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
+    error = Interrupted(
+        f"{done} of {len(plan.tasks)} tasks done ({done - skipped} in this run), "
+        f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to resume")
+    error.skipped = skipped
+    return error
+
+
 def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
-                 verify: bool = False) -> RunSummary:
-    """Run every pending task of `plan` (`verify`: see `pending_tasks`); failed markers for
-    tasks that kept failing.
+                 verify: bool = False, reextract: bool = False) -> RunSummary:
+    """Run every pending task of `plan` (`verify`, `reextract`: see `pending_tasks`); failed
+    markers for tasks that kept failing. Tested shards still holding attention that their
+    model's policy drops have it dropped first (`sweep.bounded.finish_drops`).
 
     Ctrl-C raises `Interrupted` with a one-line count of the done tasks; an executor with
     `raised` set (`InProcessExecutor(reraise=True)`) has its task's exception re-raised after
     the failed marker is written.
     """
-    pending = pending_tasks(plan, verify=verify)
+    pending = pending_tasks(plan, verify=verify, reextract=reextract)
     keys = {t.key for t in pending}
+    finish_drops(plan, markers.MarkerIndex(plan.config.store_ref), keys)
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
     try:
         outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries,
                                                      progress)
         raise_if_interrupted()
     except KeyboardInterrupt:
-        index = markers.MarkerIndex(plan.config.store_ref)
-        done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
-        raise Interrupted(
-            f"{done} of {len(plan.tasks)} tasks done ({done - len(summary.skipped)} in this run), "
-            f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to "
-            f"resume"
-        ) from None
+        raise interrupted_run(plan, len(summary.skipped)) from None
     by_key = {t.key: t for t in pending}
+    raised_by = getattr(executor, "errors", {})
+    unwritten: OSError | None = None  # a failed marker the store did not take (a full disk)
     for key, error in outcomes.items():
         if error is None:
             summary.completed.append(key)
         else:
             summary.failed[key] = error
+            if key in raised_by:
+                summary.raised[key] = raised_by[key]
             task = by_key[key]
-            markers.mark_failed(task.store, task.scope, task.marker, error)
+            try:
+                markers.mark_failed(task.store, task.scope, task.marker, error)
+            except OSError as caught:  # the task's own error says more: reported first
+                unwritten = unwritten or caught
     raised = getattr(executor, "raised", None)
     if raised is not None:
         key, error = raised
+        error = naming_the_store(error, plan.config.store)
         setattr(error, TASK_FAILURE, key)
         raise error
+    if unwritten is not None and summary.fault() is None:
+        raise naming_the_store(unwritten, plan.config.store)
     return summary
 
 
 @contextmanager
-def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
-           ) -> Iterator[StoreLock]:
+def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False,
+           reextract: bool = False) -> Iterator[StoreLock]:
     """Hold the store's exclusive lock (a second `sweep run` on it is refused; `break_lock`,
     `force`: see `storage.lease`), after the refusals the config alone decides
-    (`sweep.preflight`): a refused run writes nothing. A run whose lease another run broke
-    meanwhile ends with StoreBusyError once its tasks are done."""
+    (`sweep.preflight`, and an `attention` policy wanting dropped attention back without
+    `reextract`: `sweep.bounded`): a refused run writes nothing. A run whose lease another run
+    broke meanwhile ends with StoreBusyError once its tasks are done."""
     check_before_lock(config)
+    check_attention_change(config, reextract=reextract)
     with StoreLock(config.store_ref, break_lock=break_lock, force=force) as lock:
         yield lock
         if lock.lost:
@@ -321,9 +375,11 @@ def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
 
 
 def run_sweep(config: SweepConfig, executor: Executor, *, progress: bool = True,
-              verify: bool = False) -> RunSummary:
+              verify: bool = False, reextract: bool = False) -> RunSummary:
     """Lock the store, plan and create/extend it, run what is not done yet (`verify`: re-hash
-    every done chunk first, see `pending_tasks`)."""
-    with locked(config):
+    every done chunk first; `reextract`: extract dropped attention the policy now keeps; see
+    `pending_tasks`)."""
+    with locked(config, reextract=reextract):
         plan = materialise(config, progress=progress)
-        return execute_plan(plan, executor, progress=progress, verify=verify)
+        return execute_plan(plan, executor, progress=progress, verify=verify,
+                            reextract=reextract)

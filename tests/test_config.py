@@ -45,7 +45,7 @@ def test_issue_example_parses_with_defaults_and_resolved_paths(tmp_path):
     assert config.datasets["cancer"].source == "sklearn:breast_cancer"
     assert config.baseline.sizes == (2, 3, 4, 8, 16, 32, 64, 128, 256)
     assert config.tol == DEFAULT_TOL and config.retries == 2
-    assert config.checkpoint_dir == str(tmp_path / "runs/demo.zarr/.sweep/cache")
+    assert str(config.checkpoint_dir) == str(tmp_path / "runs/demo.zarr/.sweep/cache")
     assert config.model_setting("minilm", "batch_size") == 16
     assert config.model_setting("ft-cancer", "batch_size") == config.batch_size
     assert config.datasets["sentences"].to_spec().path == str(tmp_path / "data/sentences.txt")

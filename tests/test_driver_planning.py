@@ -88,6 +88,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
     path = write_config(tmp_path, every_family())
     for owner, name in [
         (PIL.Image, "open"), (torch, "load"), (safetensors.torch, "load_file"),
+        (safetensors.torch, "load"),
         (safetensors, "safe_open"), (hf_module, "build_model"), (ft_module, "train"),
         (ft_module, "ensure_checkpoint"), (workers.tasks, "load_extractor"),
         (workers.tasks, "prepare_model"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,7 +39,7 @@ def cache(tmp_path_factory, wine):
 
 def test_checkpoint_and_training_record_are_saved_beside_each_other(cache, wine):
     directory, records = cache
-    path = ft_transformer.checkpoint_path(SPEC, wine.table, directory)
+    path = Path(ft_transformer.checkpoint_path(SPEC, wine.table, directory))
     assert path.suffix == ".safetensors" and path.is_file()
     record = json.loads(path.with_suffix(".json").read_text())
     assert record == records[SPEC]

@@ -192,7 +192,7 @@ def test_truncated_cached_checkpoint_is_named(tmp_path, capsys):
 
     spec = resolve_model("ft-transformer")
     table = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine")).table
-    checkpoint = checkpoint_path(spec, table, tmp_path / "cache")
+    checkpoint = Path(checkpoint_path(spec, table, tmp_path / "cache"))
     checkpoint.parent.mkdir()
     checkpoint.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{\"a\"")  # cut short
     checkpoint.with_suffix(".json").write_text('{"d_out": 3}')

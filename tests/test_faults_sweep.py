@@ -81,8 +81,18 @@ def test_ctrl_c_during_run_exits_130_with_a_summary_and_the_lock_released(tmp_pa
     assert last.startswith("sweep run: interrupted: ") and "of 40 tasks done" in last, err
     assert "unlocked; rerun to resume" in last and "Traceback" not in err
     assert "CancelledError" not in err
+    done = int(last.split("interrupted: ")[1].split(" of ")[0])
+    assert done == len(list((store / ".sweep" / "markers").rglob("*.done")))  # as a rerun sees
     with StoreLock(store):  # free again
         pass
+
+
+def test_a_negative_tolerance_in_exponent_form_is_a_value_not_a_flag(tmp_path, capsys):
+    np.save(tmp_path / "eye.npy", np.eye(3)[None])
+    for words in (["--tol", "-1e-9"], ["--tol=-1e-9"]):
+        assert main(["check", str(tmp_path / "eye.npy"), *words]) == 2
+        line = one_stderr_line(capsys.readouterr().err)
+        assert line.endswith("tolerance -1e-09 must be a finite number >= 0 (default 1e-12)")
 
 
 def test_ctrl_c_during_plan_exits_130(tmp_path):
@@ -147,7 +157,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     n_tokens = chunk(store, "rob/n_tokens", 2)
     rng = np.random.default_rng(0)
     n_tokens.write_bytes(rng.bytes(n_tokens.stat().st_size))  # garbage, same size
-    assert main(["status", str(store), "--verify"]) == 1
+    assert main(["status", str(store), "--verify"]) == 4
     out = capsys.readouterr().out
     assert "damaged rob test-00000: rob/results/kappa; rerun `sweep run`" in out
     assert "damaged rob extract-00001: rob/attention;" in out
@@ -266,3 +276,47 @@ def test_a_ctrl_c_swallowed_where_it_was_raised_still_stops_the_run(monkeypatch)
         pass  # swallowed, as a ctypes callback does
     with pytest.raises(KeyboardInterrupt):
         interrupts.raise_if_interrupted()
+
+
+@pytest.mark.parametrize("setting, change", [
+    ("batch_size: 2\n", 'models.rob.batch_size: 8 -> 2'),
+    ("device: cpu\n", 'models.rob.device: "auto" -> "cpu"'),
+    ("dtype: bfloat16\n", 'models.rob.dtype: "float32" -> "bfloat16"'),
+], ids=["batch_size", "device", "dtype"])
+def test_a_resume_with_another_batch_size_device_or_dtype_is_refused_by_name(
+        tmp_path, reference, capsys, setting, change):
+    """Each changes a model's attention in its last float bits (issue 22, item 2)."""
+    folder = copy_of(reference, tmp_path)
+    path = folder / "sweep.yaml"
+    path.write_text(path.read_text().replace("retries: 0\n", "retries: 0\n" + setting))
+    before = tree_digest(folder)
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert change in line and "different config" in line
+    assert tree_digest(folder) == before
+
+
+def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
+        tmp_path, reference, capsys):
+    """What `sweep run` would find at start-up, `sweep status` finds without --verify: a deleted,
+    a truncated or a resized chunk, and a model group deleted whole (issue 22, items 6 and 7)."""
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    chunk(store, "rob/results/kappa", 0, 0, 0, 0).unlink()  # deleted
+    attention = chunk(store, "rob/attention", 2, 0, 0, 0, 0)
+    attention.write_bytes(attention.read_bytes()[:10])  # truncated
+    before = tree_digest(store)
+    assert main(["status", str(store)]) == 4
+    captured = capsys.readouterr()
+    damaged = [line for line in captured.out.splitlines() if line.startswith("damaged")]
+    assert damaged == [
+        "damaged rob extract-00001: rob/attention; rerun `sweep run` to recompute",
+        "damaged rob test-00000: rob/results/kappa; rerun `sweep run` to recompute"]
+    assert captured.err == "" and tree_digest(store) == before  # status writes nothing
+    shutil.rmtree(store / "rob")  # the whole model group
+    assert main(["status", str(store)]) == 4
+    captured = capsys.readouterr()
+    assert "missing rob: its group is gone from the store; rerun `sweep run`" in captured.out
+    assert captured.err == ""  # no KeyError traceback
+    assert main(["status", str(store), "--format", "json"]) == 4
+    assert '"missing": true' in capsys.readouterr().out

@@ -93,6 +93,7 @@ def test_timm_weights_load_at_another_size_with_resampled_positions(tmp_path):
 @pytest.mark.parametrize(("option", "match"), [
     ({"image_size": 0}, "image_size=0 must be an integer >= 1"),
     ({"image_size": "518"}, "image_size='518' must be an integer >= 1"),
+    ({"image_size": 10**9}, r"image_size=1000000000 is above 2048 px, the most a sweep plans"),
 ])
 def test_bad_image_sizes_are_named(option, match):
     with pytest.raises(InputError, match=match):

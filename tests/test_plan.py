@@ -14,6 +14,7 @@ from sweep.plan import (
     PrepareTask,
     TestTask,
     build_plan,
+    model_config_inputs,
 )
 
 CONFIG = {
@@ -94,10 +95,19 @@ def test_baseline_chunks_cover_every_trial_once():
     assert {t.seed for t in tasks} == {7}
 
 
-def test_fingerprint_tracks_results_not_execution_settings():
+def test_fingerprint_tracks_what_changes_stored_values():
+    """The batch size and the device kind change a model's attention in its last float bits
+    (issue 22); the device index does not, and the defaults leave old fingerprints alone."""
     base = plan_of().models[0].fingerprint
-    assert plan_of(batch_size=64).models[0].fingerprint == base
-    assert plan_of(device="cuda").models[0].fingerprint == base
+    config = parse_config({**CONFIG, "models": {**CONFIG["models"], "vit": {
+        "source": "tiny-vit", "dataset": "photos"}}})
+    assert "batch_size" not in model_config_inputs(config, "vit")  # the default: left out
+    assert plan_of(models={**CONFIG["models"], "vit": {**CONFIG["models"]["vit"],
+                                                       "batch_size": 4}}
+                   ).models[0].fingerprint != base
+    assert plan_of(device="cuda").models[0].fingerprint != base
+    assert plan_of(device="cuda:1").models[0].fingerprint == \
+        plan_of(device="cuda:0").models[0].fingerprint
     assert plan_of(tol=1e-9).models[0].fingerprint != base
     assert plan_of(token_sets=["all"]).models[0].fingerprint != base
     assert plan_of(shard_size=5).models[0].fingerprint != base

@@ -238,7 +238,7 @@ def test_an_overwritten_and_a_deleted_object_are_found_and_recomputed(s3_bucket,
     damage(ref, attention[1], delete=False)  # same size, new bytes
     damage(ref, kappa[0], delete=True)
     status = cli("status", store, "--storage-option", f"endpoint_url={ENDPOINT}", cwd=tmp_path)
-    assert status.returncode == 1 and "damaged" in status.stdout  # the listing finds both
+    assert status.returncode == 4 and "damaged" in status.stdout  # the listing finds both
     assert "vit/attention" in status.stdout and "rob/results/kappa" in status.stdout
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0 and summary.completed

@@ -267,8 +267,9 @@ def test_a_slurm_sweep_on_s3_writes_nothing_outside_the_store_and_the_workers_sc
         folder.mkdir()
     cluster = slurm_config(tmp_path).model_dump()
     for pool in ("gpu", "cpu"):
-        cluster["slurm"][pool]["job_script_prologue"] += [
-            f"export HOME={home}", f"cd {workdir}", f"export DOBRUSHIN_CACHE={scratch}/cache"]
+        cluster["slurm"][pool]["job_script_prologue"] = (
+            *cluster["slurm"][pool]["job_script_prologue"],
+            f"export HOME={home}", f"cd {workdir}", f"export DOBRUSHIN_CACHE={scratch}/cache")
     with open_client(ClusterConfig.model_validate(cluster), out=io.StringIO()) as client:
         client.wait_for_workers(2, timeout=120)
         summary = run_sweep(config, DaskExecutor(client), progress=False)

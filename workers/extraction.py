@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 from storage.errors import ExtractionError, InputError
+from storage.location import StoreLike
+from workers.determinism import TORCH_THREADS, fixed_torch
 from workers.models import ModelSpec, family_module
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -83,9 +85,10 @@ class Extractor(ABC):
             raise InputError(f"extract: {len(items)} items but {len(ids)} ids")
         if not items:
             return []
-        batch = self.prepare(items)
-        with torch.inference_mode(), capture_attention(self) as layers:
-            self.forward(batch)
+        with fixed_torch(TORCH_THREADS):  # the same bits on any core count
+            batch = self.prepare(items)
+            with torch.inference_mode(), capture_attention(self) as layers:
+                self.forward(batch)
         return assemble(self.spec.name, self.n_layers, layers, batch, ids)
 
 
@@ -169,7 +172,7 @@ def default_cache_dir() -> Path:
 
 
 def prepare_model(
-    spec: ModelSpec, dataset: Any = None, cache_dir: str | Path | None = None
+    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None
 ) -> dict[str, Any] | None:
     """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
     training record (the cached one when the checkpoint exists). None for models that need no
@@ -177,7 +180,7 @@ def prepare_model(
     prepare = getattr(family_module(spec), "prepare", None)
     if prepare is None:
         return None
-    return prepare(spec, dataset, Path(cache_dir or default_cache_dir()))
+    return prepare(spec, dataset, cache_dir or default_cache_dir())
 
 
 def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
@@ -194,9 +197,9 @@ def load_extractor(
     dataset: Any = None,
     device: str = "auto",
     dtype: str = "float32",
-    cache_dir: str | Path | None = None,
+    cache_dir: StoreLike | None = None,
 ) -> Extractor:
     """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
     torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
-    cache = Path(cache_dir or default_cache_dir())
+    cache = cache_dir or default_cache_dir()
     return family_module(spec).build_extractor(spec, dataset, cache, torch_device, torch_dtype)

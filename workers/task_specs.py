@@ -59,7 +59,7 @@ class ExtractTask(ShardTask):
     batch_size: int
     device: str
     dtype: str
-    cache_dir: str
+    cache_dir: StoreRef
     digests: tuple[str, ...] = ()  # workers.digests of the shard's inputs, as the driver saw them
 
     stage = "extract"
@@ -73,6 +73,7 @@ class TestTask(ShardTask):
     token_sets: tuple[str, ...]
     tol: float
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
+    drop: tuple[int, ...] = ()  # inputs whose attention is deleted once tested (attention: policy)
 
     stage = "test"
     resources = {"CPU": 1}
@@ -86,7 +87,7 @@ class PrepareTask(ModelTask):
 
     spec: ModelSpec
     dataset: DatasetSpec
-    cache_dir: str
+    cache_dir: StoreRef
 
     stage = PREPARE_STAGE
     resources = {"GPU": 1}

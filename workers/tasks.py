@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import zarr
 
+from storage.attention import clear_dropped, drop_attention
 from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files, written_by
@@ -64,7 +65,7 @@ def cached_extractor(task: ExtractTask) -> tuple[Extractor, threading.Lock]:
     """The task's extractor, loaded once per process (keyed by model, dataset, device, dtype),
     with the lock that serialises its use: its hooks capture whatever forward pass runs."""
     key = canonical_json([task.spec.to_dict(), task.dataset.to_dict(), task.device, task.dtype,
-                          task.cache_dir])
+                          str(task.cache_dir)])
     dataset = cached_dataset(task.dataset)
     with _CACHE_LOCK:
         if key not in _EXTRACTORS:
@@ -174,8 +175,9 @@ def run_extract(task: ExtractTask) -> int:
         write_input_digest(group, task.start, digests)
         names += ("input_digest",)
     files = shard_chunks(group, names, task.shard, task.start, task.stop)
-    mark_done(task.store, task.scope, task.marker,
-              checksums(task.store, files, written_by(group)))
+    sums = checksums(task.store, files, written_by(group))
+    clear_dropped(task.store, task.model, task.shard)  # every input's attention is back
+    mark_done(task.store, task.scope, task.marker, sums)
     return n
 
 
@@ -247,7 +249,8 @@ def shard_attention(group: zarr.Group, start: int, stop: int) -> StoredAttention
 
 def run_test(task: TestTask) -> int:
     """Test the shard's attention (read back one input at a time) for every token set, write
-    results + marker."""
+    results + marker; then delete the attention of the inputs in `task.drop`
+    (`storage.attention.drop_attention`)."""
     group = open_model(task.store, task.model, mode="r+")
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
@@ -258,7 +261,15 @@ def run_test(task: TestTask) -> int:
     files = shard_chunks(arrays, tuple(RESULT_VARS), task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker,
               checksums(task.store, files, written_by(group)))
+    if task.drop:
+        drop_attention(task.store, task.model, task.shard, attention_chunks(group, task.drop))
     return task.stop - task.start
+
+
+def attention_chunks(group: zarr.Group, inputs: tuple[int, ...]) -> dict[int, str]:
+    """Input index -> key of its attention chunk (one chunk per input)."""
+    array = group["attention"]
+    return {i: chunk_files(array, [(i,) + (0,) * (array.ndim - 1)])[0] for i in inputs}
 
 
 def run_baseline(task: BaselineTask) -> int:

@@ -67,8 +67,28 @@ def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str
         return None, f"cannot be reached: {error}"
 
 
-def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
-    """The plan as printable lines: per model, the baseline, totals and problems."""
+def attention_lines(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
+    """Per model, the peak attention bytes its `attention:` policy implies (`storage.attention`)
+    next to what `keep` stores: in process one shard is in flight; on Dask, up to `in_flight`
+    (the cluster's GPU + CPU task slots, when known)."""
+    lines = ["attention (peak bytes the policy lets the store hold, next to keep's total):"]
+    for model in plan.models:
+        peak = f"peak {human_bytes(model.peak_attention_bytes(1))} in process"
+        if model.kept is not None and in_flight:
+            peak += f", {human_bytes(model.peak_attention_bytes(in_flight))} with {in_flight} " \
+                    f"shards in flight on the cluster"
+        elif model.kept is not None:
+            peak += f", + {human_bytes(model.shard_size * model.input_bytes)} per further " \
+                    f"shard in flight on Dask (up to its GPU + CPU task slots)"
+        lines.append(f"  {model.name:<22} {str(model.attention):<22} {peak}; keep: "
+                     f"{human_bytes(model.attention_bytes)}")
+    return lines
+
+
+def describe(plan: SweepPlan, problems: dict[str, str],
+             in_flight: int | None = None) -> list[str]:
+    """The plan as printable lines: per model, the baseline, totals, the attention policy's
+    peak bytes (`attention_lines`) and problems."""
     index, state = _store_markers(plan.config)
     lines = ["", f"store: {plan.config.store} ({state})"]
     header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
@@ -116,6 +136,7 @@ def describe(plan: SweepPlan, problems: dict[str, str]) -> list[str]:
         f"preparation (training) and extraction tasks take the GPU resource, test and baseline "
         f"tasks the CPU resource; "
         f"checkpoints cache: {plan.config.checkpoint_dir}",
+        *attention_lines(plan, in_flight),
     ]
     for name, problem in problems.items():
         lines.append(f"model {name}: cannot be sized here: {problem}")
@@ -131,10 +152,12 @@ def plan(args: argparse.Namespace) -> int:
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
     facts, problems = collect_facts(config, progress=True)
     sweep_plan = build_plan(config, facts)
-    for line in describe(sweep_plan, problems):
+    cluster = None if args.cluster is None else load_cluster_config(args.cluster)
+    pools = None if cluster is None else cluster_pools(cluster)
+    in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
+    for line in describe(sweep_plan, problems, in_flight):
         print(line)
-    if args.cluster is not None:
-        cluster = load_cluster_config(args.cluster)
+    if cluster is not None:
         print()
         print(describe_cluster(cluster))
         try:
@@ -142,5 +165,5 @@ def plan(args: argparse.Namespace) -> int:
         except InputError as error:
             print(f"\nthis cluster cannot run this sweep: {error}")
             problems["cluster"] = str(error)
-        print("\n".join(["", *balance_lines(sweep_plan, cluster_pools(cluster))]))
+        print("\n".join(["", *balance_lines(sweep_plan, pools)]))
     return 1 if problems else 0

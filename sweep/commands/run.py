@@ -11,7 +11,14 @@ from sweep.config import default_config_path, load_config
 from sweep.devices import check_devices
 from sweep.graph import DaskExecutor
 from sweep.interrupts import Interrupted
-from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
+from sweep.runner import (
+    InProcessExecutor,
+    execute_plan,
+    interrupted_run,
+    locked,
+    materialise,
+    naming_the_store,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,6 +48,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--force", action="store_true",
                         help="with --break-lock: break even a fresh lease (the other run, if it "
                         "is alive, stops at its next renewal)")
+    parser.add_argument("--reextract-attention", action="store_true",
+                        help="extract again the attention that an earlier `attention:` policy "
+                        "dropped and the config's policy keeps (their shards are retested); "
+                        "without it such a policy change is refused")
     parser.set_defaults(func=run)
 
 
@@ -55,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         check_store_fits_cluster(cluster, config.store_ref)
     if cluster is None or cluster.kind == "local":
         check_devices(config)  # remote workers may have GPUs this machine lacks
-    with locked(config, break_lock=args.break_lock, force=args.force):
+    reextract = args.reextract_attention
+    with locked(config, break_lock=args.break_lock, force=args.force, reextract=reextract):
         try:
             plan = materialise(config, progress=progress)
         except KeyboardInterrupt:
@@ -63,12 +75,18 @@ def run(args: argparse.Namespace) -> int:
                               f"unlocked; rerun to resume") from None
         if cluster is None:
             summary = execute_plan(plan, InProcessExecutor(reraise=True), progress=progress,
-                                   verify=args.verify)
+                                   verify=args.verify, reextract=reextract)
         else:
-            with open_client(cluster) as client:
-                summary = execute_plan(plan, DaskExecutor(client), progress=progress,
-                                       verify=args.verify)
+            try:
+                with open_client(cluster) as client:
+                    summary = execute_plan(plan, DaskExecutor(client), progress=progress,
+                                           verify=args.verify, reextract=reextract)
+            except Interrupted as stopped:  # counted again now that the workers have stopped
+                raise interrupted_run(plan, getattr(stopped, "skipped", 0)) from None
     for line in summary.lines():
         print(line)
     print(f"store: {config.store}")
+    fault = summary.fault()
+    if fault is not None:  # the user's input, the machine, a damaged store: one line, its code
+        raise naming_the_store(fault, config.store)
     return summary.exit_code

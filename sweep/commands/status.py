@@ -7,15 +7,17 @@ import json
 from dataclasses import asdict
 
 from storage.integrity import variable_of
-from storage.status import store_status
+from storage.status import attention_held, store_status
 from sweep.commands.store_args import add_store_argument, store_ref
+from sweep.faults import EXIT_DAMAGED
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         description="Show what a sweep store holds. Exit code 0 when everything is done, "
-        "1 when tasks are pending or failed.",
+        "1 when tasks are pending or failed, 4 when done chunks are damaged or a model's group "
+        "is missing (`sweep run` recomputes them).",
     )
     add_store_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -43,4 +45,11 @@ def status(args: argparse.Namespace) -> int:
                 variables = sorted({variable_of(f) for f in files})
                 print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
                       f"to recompute")
+            if s.missing:
+                print(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
+                      f"to recompute it")
+        for held in attention_held(store_ref(args)):
+            print(held.line())
+    if any(s.damaged or s.missing for s in stages):
+        return EXIT_DAMAGED
     return 0 if all(s.done == s.total for s in stages) else 1

@@ -34,6 +34,17 @@ def _read_rgb(path: Path) -> Image.Image:
         raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
 
 
+def check_header(path: Path) -> None:
+    """InputError (the message a task reading `path` gives) if the file is unreadable or its
+    header is not an image PIL knows: one header read, no pixel decoded (a 0-byte file, a
+    foreign file under an image suffix). Damage past the header is found by the task."""
+    try:
+        with Image.open(path):
+            pass
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
+
+
 class ImageFolder(Dataset):
     """Every file with an image suffix PIL knows, under a folder, sorted by relative path."""
 
@@ -52,6 +63,11 @@ class ImageFolder(Dataset):
 
     def _load_one(self, index: int) -> Image.Image:
         return _read_rgb(self.root / self.ids[index])
+
+    def check_headers(self) -> None:
+        """`check_header` of every file (about 0.1 ms each), in id order."""
+        for name in self.ids:
+            check_header(self.root / name)
 
 
 class SampleImages(Dataset):

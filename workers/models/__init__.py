@@ -255,6 +255,11 @@ def _flag(source: str, key: str, value: Any) -> bool:
     return value
 
 
+# The largest image_size planned: tokens grow as (size / patch)^2 and one layer's attention as
+# their square: 2048 px at patch 14 is 21,400 tokens, 1.8 GB of float32 per layer and image.
+MAX_IMAGE_SIZE = 2048
+
+
 def _image_size(source: str, modality: str, options: dict[str, Any],
                 config: dict[str, Any]) -> dict[str, Any]:
     """`config` with the `image_size` option (input pixels) of an image model applied."""
@@ -263,6 +268,11 @@ def _image_size(source: str, modality: str, options: dict[str, Any],
     size = options.pop("image_size")
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
         raise InputError(f"model {source!r}: option image_size={size!r} must be an integer >= 1")
+    if size > MAX_IMAGE_SIZE:
+        raise InputError(
+            f"model {source!r}: option image_size={size} is above {MAX_IMAGE_SIZE} px, the most a "
+            f"sweep plans (attention grows as (size / patch)^4: 1.8 GB per layer and image at "
+            f"{MAX_IMAGE_SIZE} px, patch 14)")
     return {**config, "image_size": size}
 
 

@@ -23,6 +23,7 @@ import torch
 from tqdm import tqdm
 
 from storage.errors import ExtractionError
+from workers.determinism import TORCH_THREADS, fixed_torch
 from workers.inputs import Table
 from workers.models import ModelSpec
 from workers.models.ft_data import (
@@ -72,7 +73,15 @@ def train_device() -> torch.device:
 def train(spec: ModelSpec, table: Table,
           device: torch.device | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Train `spec` on `table` by the recipe; the kept weights plus the preprocessing
-    (`ft_data.STATS_PREFIX` keys), and the training record (see `docs/models.md`)."""
+    (`ft_data.STATS_PREFIX` keys), and the training record (see `docs/models.md`). Runs on
+    TORCH_THREADS torch threads with deterministic algorithms: the same bits on any machine's
+    core count."""
+    with fixed_torch(TORCH_THREADS, deterministic=True):
+        return _train(spec, table, device)
+
+
+def _train(spec: ModelSpec, table: Table,
+           device: torch.device | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     started = time.perf_counter()
     options, device = spec.options, device or train_device()
     split = table_split(options, spec.seed, table)

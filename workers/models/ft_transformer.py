@@ -21,17 +21,17 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from rtdl_revisiting_models import FTTransformer, MultiheadAttention
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save
 
 from storage.errors import ExtractionError, InputError, StoreDamagedError
+from storage.location import Location, StoreLike, StoreRef, locate
+from workers.determinism import TORCH_THREADS
 from workers.extraction import Batch, Extractor, Sink
 from workers.inputs import Dataset, Table
 from workers.models import ModelSpec
@@ -48,21 +48,29 @@ from workers.models.ft_options import HEADS, measured_layers, training_options
 from workers.models.token_layout import TokenLayout
 from workers.token_kinds import TokenKind
 
-__all__ = ["FTExtractor", "checkpoint_path", "ensure_checkpoint", "full_attention",
-           "model_dataset", "prepare", "split_indices", "token_layout", "train"]
+__all__ = ["FTExtractor", "checkpoint_key", "checkpoint_path", "ensure_checkpoint",
+           "full_attention", "model_dataset", "prepare", "read_checkpoint", "split_indices",
+           "token_layout", "train"]
 
 
-def checkpoint_path(spec: ModelSpec, table: Table, cache_dir: Path) -> Path:
-    """Where the checkpoint of `spec` trained on `table` lives (its record: same stem, .json).
+def checkpoint_key(spec: ModelSpec, table: Table) -> str:
+    """The checkpoint's name in the cache (its record: same stem, .json).
 
     The key covers what determines training: the spec without its measurement-only options
-    (`split`, `last_block`, `heads`), and the table's content.
+    (`split`, `last_block`, `heads`), the table's content and the torch thread count training
+    runs on (`workers.determinism`).
     """
     trained = {**spec.to_dict(), "config": training_options(spec.options)}
     trained.pop("heads", None)  # averaged or kept per head, the weights are the same
-    key = json.dumps({"spec": trained, "table": table.fingerprint}, sort_keys=True)
+    key = json.dumps({"spec": trained, "table": table.fingerprint, "torch_threads": TORCH_THREADS},
+                     sort_keys=True)
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
-    return Path(cache_dir) / f"ft-transformer-{digest}.safetensors"
+    return f"ft-transformer-{digest}.safetensors"
+
+
+def checkpoint_path(spec: ModelSpec, table: Table, cache: StoreLike) -> str:
+    """Where the checkpoint of `spec` trained on `table` lives: a path or a URL in `cache`."""
+    return f"{str(StoreRef.of(cache)).rstrip('/')}/{checkpoint_key(spec, table)}"
 
 
 def _table(spec: ModelSpec, dataset: Dataset | None) -> Table:
@@ -89,32 +97,54 @@ def token_layout(spec: ModelSpec, dataset: Dataset | None) -> TokenLayout:
 
 
 def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
-                      cache_dir: Path) -> tuple[Path, dict[str, Any]]:
-    """The checkpoint for (spec, dataset's table) and its training record, training and saving
-    both first if absent (a checkpoint that exists is complete: it is renamed into place last)."""
+                      cache: StoreLike) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The trained weights (with the standardisation) for (spec, dataset's table) and the
+    training record, read from the cache (a folder or a URL, through `storage.location`), or
+    trained and written there first: the record, then the checkpoint (a checkpoint that exists is
+    complete)."""
     table = _table(spec, dataset)
     if spec.random_init:
         raise InputError(f"model {spec.name!r} is a random-init control: it has no checkpoint")
-    path = checkpoint_path(spec, table, cache_dir)
-    record_path = path.with_suffix(".json")
-    if path.is_file() and record_path.is_file():
-        return path, check_checkpoint(path)
+    location, key = locate(cache), checkpoint_key(spec, table)
+    cached = read_checkpoint(location, key)
+    if cached is not None:
+        return cached
     state, record = train(spec, table)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(f".partial-{os.getpid()}")
-    save_file({k: v.contiguous() for k, v in state.items()}, str(partial),
-              metadata={"table": table.fingerprint})
-    record_path.write_text(json.dumps(record, indent=2, sort_keys=True))
-    partial.replace(path)
-    return path, record
+    location.write(_record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
+    location.write(key, save({k: v.contiguous() for k, v in state.items()},
+                             metadata={"table": table.fingerprint}))
+    return state, record
 
 
-def prepare(spec: ModelSpec, dataset: Dataset | None, cache_dir: Path) -> dict[str, Any] | None:
+def _record_key(key: str) -> str:
+    return key.removesuffix(".safetensors") + ".json"
+
+
+def read_checkpoint(location: Location,
+                    key: str) -> tuple[dict[str, torch.Tensor], dict[str, Any]] | None:
+    """The cached checkpoint `key` and its training record, None when the checkpoint is absent;
+    StoreDamagedError naming a checkpoint or record that does not load (truncated, corrupt)."""
+    data = location.read(key)
+    if data is None:
+        return None
+    where = f"{str(location).rstrip('/')}/{key}"
+    try:
+        state = load(data)
+        record = json.loads(location.read(_record_key(key)) or b"")
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+        raise StoreDamagedError(
+            f"cached checkpoint {where} is truncated or corrupt ({type(error).__name__}); "
+            f"delete it and {_record_key(key)} to train it again"
+        ) from None
+    return state, record
+
+
+def prepare(spec: ModelSpec, dataset: Dataset | None, cache: StoreLike) -> dict[str, Any] | None:
     """Train (or find cached) the model of `spec`; its training record, or None for a control."""
     _table(spec, dataset)
     if spec.random_init:
         return None
-    return ensure_checkpoint(spec, dataset, cache_dir)[1]
+    return ensure_checkpoint(spec, dataset, cache)[1]
 
 
 def train(spec: ModelSpec, table: Table) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -133,31 +163,18 @@ def initial_state(spec: ModelSpec, table: Table) -> dict[str, torch.Tensor]:
     return {**model.state_dict(), **stats}
 
 
-def check_checkpoint(path: Path) -> dict[str, Any]:
-    """The training record beside a cached checkpoint; StoreDamagedError naming a checkpoint or
-    record that does not load (truncated, corrupt)."""
-    try:
-        load_file(str(path))
-        return json.loads(path.with_suffix(".json").read_text())
-    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
-        raise StoreDamagedError(
-            f"cached checkpoint {path} is truncated or corrupt ({type(error).__name__}); "
-            f"delete it and {path.with_suffix('.json').name} to train it again"
-        ) from None
-
-
 class FTExtractor(Extractor):
     """A trained FT-Transformer (or its random-init control); the full T x T attention of each
     measured block recomputed from the block's input."""
 
-    def __init__(self, spec: ModelSpec, dataset: Dataset, cache_dir: Path,
+    def __init__(self, spec: ModelSpec, dataset: Dataset, cache: StoreLike,
                  device: torch.device, dtype: torch.dtype) -> None:
         self.spec, self.device, self.dtype = spec, device, dtype
         self.table = _table(spec, dataset)
         if spec.random_init:
             state = initial_state(spec, self.table)
         else:
-            state = load_file(str(ensure_checkpoint(spec, dataset, cache_dir)[0]))
+            state = ensure_checkpoint(spec, dataset, cache)[0]
         self.stats = {k: state.pop(k).to(device) for k in list(state)
                       if k.startswith(STATS_PREFIX)}
         self.model: FTTransformer = init_model(spec.options, spec.seed, self.table)
@@ -204,8 +221,8 @@ def full_attention(module: MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(q @ k.transpose(-1, -2) / math.sqrt(k.shape[-1]), dim=-1)
 
 
-def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache_dir: Path,
+def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache: StoreLike,
                     device: torch.device, dtype: torch.dtype) -> FTExtractor:
     """The family's entry in `workers.models.FAMILY_MODULES`: it needs its tabular dataset."""
     _table(spec, dataset)
-    return FTExtractor(spec, dataset, cache_dir, device, dtype)
+    return FTExtractor(spec, dataset, cache, device, dtype)

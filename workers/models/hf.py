@@ -60,6 +60,23 @@ def model_location(source: str) -> str:
     return str(Path(next(iter(found.submodule_search_locations))) / folder)
 
 
+def check_local_weights(spec: ModelSpec) -> None:
+    """InputError if `spec` loads pretrained weights from a local directory that holds no
+    `.safetensors` file (a `pytorch_model.bin` is refused unread: a pickle can run code); hub ids
+    and models built from their config alone pass. A directory listing, nothing loaded."""
+    if spec.family != "hf" or not spec.pretrained or spec.random_init:
+        return
+    folder = Path(model_location(spec.source))
+    if not folder.is_dir() or any(folder.glob("*.safetensors")):
+        return
+    pickles = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
+    held = f" (it holds {', '.join(pickles)}: pickles are never loaded)" if pickles else ""
+    raise InputError(
+        f"model {spec.name!r}: {folder} holds no .safetensors weights{held}; re-save them as "
+        f"safetensors (transformers: model.save_pretrained(folder))"
+    )
+
+
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
     if spec.random_init or not spec.pretrained:  # a control, or a tiny preset

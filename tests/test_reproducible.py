@@ -1,0 +1,76 @@
+"""The same config gives the same bits on any torch thread count: FT-Transformer's training
+(record and checkpoint) and a whole sweep's arrays are identical whether the process runs torch
+on 1 thread or on 2 (training and extraction fix their own count: `workers.determinism`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from sweep.config import load_config
+from sweep.runner import InProcessExecutor, run_sweep
+from tests.test_sweep_local import arrays, write_config
+from workers.determinism import TORCH_THREADS, fixed_torch
+from workers.extraction import prepare_model
+from workers.inputs import DatasetSpec, open_dataset
+from workers.models import ft_transformer, resolve_model
+
+SPEC = resolve_model("ft-transformer", n_blocks=2, d_block=32, max_epochs=4, patience=4)
+
+
+@pytest.fixture
+def process_threads():
+    """Set the process's own torch thread count for one call; restored after the test."""
+    saved = torch.get_num_threads()
+    yield torch.set_num_threads
+    torch.set_num_threads(saved)
+
+
+def trained(folder: Path, threads: int, set_threads) -> tuple[dict, dict]:
+    set_threads(threads)
+    wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
+    record = prepare_model(SPEC, wine, folder)
+    assert torch.get_num_threads() == threads  # the process's own count is given back
+    return record, load_file(ft_transformer.checkpoint_path(SPEC, wine.table, folder))
+
+
+def test_training_on_one_and_on_two_threads_gives_the_same_record_and_weights(
+        tmp_path, process_threads):
+    one, two = (trained(tmp_path / str(n), n, process_threads) for n in (1, 2))
+    drop_wall = ({k: v for k, v in record.items() if k != "wall_s"} for record in (one[0], two[0]))
+    assert next(drop_wall) == next(drop_wall)
+    assert one[0]["torch_threads"] == TORCH_THREADS
+    assert one[1].keys() == two[1].keys()
+    assert all(torch.equal(one[1][k], two[1][k]) for k in one[1])
+
+
+def test_a_sweep_on_one_and_on_two_threads_writes_the_same_arrays(tmp_path, process_threads):
+    stores = {}
+    for threads in (1, 2):
+        process_threads(threads)
+        folder = tmp_path / f"threads-{threads}"
+        folder.mkdir()
+        config = load_config(write_config(folder, models=("vit", "ft", "rob")))
+        assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
+        stores[threads] = arrays(folder / "sweep.zarr")
+    assert stores[1].keys() == stores[2].keys()
+    for key in stores[1]:
+        np.testing.assert_array_equal(stores[1][key], stores[2][key], err_msg=key, strict=True)
+
+
+def test_fixed_torch_restores_the_process_settings_when_the_last_user_leaves(process_threads):
+    process_threads(2)
+    with fixed_torch(1, deterministic=True):
+        with fixed_torch(1):
+            assert torch.get_num_threads() == 1
+            assert torch.are_deterministic_algorithms_enabled()
+        assert torch.get_num_threads() == 1
+        with pytest.raises(ValueError, match="torch threads: 2 asked"):
+            with fixed_torch(2):
+                pass
+    assert torch.get_num_threads() == 2
+    assert not torch.are_deterministic_algorithms_enabled()
