@@ -146,6 +146,10 @@ RESULT_VARS: dict[str, Var] = {
         "kappa_ij: attaining_special == (content_gap > tol); exact up to SLACK_WINDOW, +inf above "
         "it or when every pair has a special token",
     ),
+    "radius": Var(
+        RESULT_DIMS, "float64", np.nan, "decision radius: no stochastic perturbation of the "
+        "tested matrix smaller than it in the row-l1 norm changes the verdict (workers.radius)",
+    ),
     "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
     "status": Var(
         RESULT_DIMS, "int8", -1, "ResultStatus: -1 not computed, 0 ok, 1 empty row, 2 no token, "
@@ -184,6 +188,10 @@ MATCHED_VARS: dict[str, Var] = {
         "draws where holds and holds_by_characterisation differ, per chunk (expected 0)",
     ),
 }
+
+
+OPTIONAL_RESULT_VARS = ("radius",)
+"""Result variables a store written before them lacks: readers leave them out, writers skip them."""
 
 
 class ResultStatus:

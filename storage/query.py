@@ -35,6 +35,7 @@ from storage.layout import (
     MEAN_HEAD,
     MODEL_VARS,
     NULLS_GROUP,
+    OPTIONAL_RESULT_VARS,
     RESULT_VARS,
     RESULTS_GROUP,
     SLACK_WINDOW,
@@ -282,6 +283,8 @@ def _model_dataset(name: str, group: zarr.Group, path: str) -> xr.Dataset:
     expected = (input_id.shape[0], n_layers, len(head), len(token_sets))
     data_vars = {}
     for var, spec in RESULT_VARS.items():
+        if var in OPTIONAL_RESULT_VARS and var not in results:
+            continue  # written before the variable existed
         stored = Var(LEGACY_RESULT_DIMS, spec.dtype, spec.fill, spec.doc) if legacy else spec
         array = _array(results, var, stored, f"{where}/{RESULTS_GROUP}")
         values = da.from_zarr(array)

@@ -41,6 +41,7 @@ from storage.layout import (
     MEAN_HEAD,
     MODEL_VARS,
     NULLS_GROUP,
+    OPTIONAL_RESULT_VARS,
     RESULT_VARS,
     RESULTS_GROUP,
     Var,
@@ -389,6 +390,8 @@ def write_results(group: zarr.Group, start: int,
     arrays = dict(group[RESULTS_GROUP].arrays())  # the group opened once, members read together
     writes = []
     for name, values in results.items():
+        if name in OPTIONAL_RESULT_VARS and name not in arrays:
+            continue  # a store written before this variable: it stays without it
         array = arrays[name]
         if _legacy(array, LEGACY_RESULT_DIMS):
             values = _one_head(values, f"{array.path}")

@@ -1,6 +1,7 @@
 """Findings computed from the report's own tables: only what their intervals support.
 
-Each finding is a record {model, token_set, kind, estimate, ci_low, ci_high, text}; the rules:
+Each finding is a record {model, token_set, kind, estimate, ci_low, ci_high, text, ci_method}
+(ci_method: what made its interval); the rules:
 
 - `vs_control` (controls table: difference trained - control, its 95% interval),
   `vs_null:<null>` (nulls table: the lift observed - null) and `seeds_vs_control` (seeds table:
@@ -32,7 +33,7 @@ from storage.query import model_names
 from storage.statistics import wilson_interval
 from sweep.report_controls import newcombe_interval
 
-COLUMNS = ["model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text"]
+COLUMNS = ["model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text", "ci_method"]
 VERDICTS = {1: "tighter than", -1: "looser than", 0: "indistinguishable from"}
 
 
@@ -42,7 +43,7 @@ def side(low: float, high: float) -> int:
 
 
 def compare(model: str, token_set: str, kind: str, estimate: float, low: float, high: float,
-            other: str, note: str = "") -> dict | None:
+            other: str, note: str = "", ci_method: str = "wilson") -> dict | None:
     """A comparison finding: `model` tighter than / looser than / indistinguishable from
     `other`, by where the interval of the difference lies; None when it is undefined (NaN)."""
     if not all(math.isfinite(v) for v in (estimate, low, high)):
@@ -52,23 +53,25 @@ def compare(model: str, token_set: str, kind: str, estimate: float, low: float, 
             f"[{_points(low)}, {_points(high)}]{note}"
             + ("" if verdict else " (the interval includes 0)"))
     return {"model": model, "token_set": token_set, "kind": kind, "estimate": estimate,
-            "ci_low": low, "ci_high": high, "text": text}
+            "ci_low": low, "ci_high": high, "text": text, "ci_method": ci_method}
 
 
-def control_findings(controls: pd.DataFrame) -> list[dict]:
-    """`vs_control` from the controls table (difference, ci_low, ci_high per model, set)."""
+def control_findings(controls: pd.DataFrame, ci_method: str = "wilson") -> list[dict]:
+    """`vs_control` from the controls table (difference, ci_low, ci_high per model, set), whose
+    intervals `ci_method` made."""
     return [compare(r["model"], r["token_set"], "vs_control", r["difference"], r["ci_low"],
-                    r["ci_high"], f"its control {r['control']}")
+                    r["ci_high"], f"its control {r['control']}", ci_method=ci_method)
             for r in controls.to_dict("records")]
 
 
-def null_findings(nulls: pd.DataFrame | None) -> list[dict]:
+def null_findings(nulls: pd.DataFrame | None, ci_method: str = "wilson") -> list[dict]:
     """`vs_null:<null>` from the nulls table (lift, lift_ci_low, lift_ci_high per model, set,
-    null)."""
+    null), whose intervals `ci_method` made."""
     if nulls is None:
         return []
     return [compare(r["model"], r["token_set"], f"vs_null:{r['null']}", r["lift"],
-                    r["lift_ci_low"], r["lift_ci_high"], f"the size-matched {r['null']} null")
+                    r["lift_ci_low"], r["lift_ci_high"], f"the size-matched {r['null']} null",
+                    ci_method=ci_method)
             for r in nulls.to_dict("records")]
 
 
@@ -79,7 +82,8 @@ def seed_findings(seeds: pd.DataFrame | None) -> list[dict]:
         return []
     return [compare(r["model"], r["token_set"], "seeds_vs_control", r["difference_mean"],
                     r["difference_ci_low"], r["difference_ci_high"],
-                    "its controls across seeds", f" (mean over {r['n_seeds']} seeds)")
+                    "its controls across seeds", f" (mean over {r['n_seeds']} seeds)",
+                    ci_method="t-over-seeds")
             for r in seeds.to_dict("records")]
 
 
@@ -108,7 +112,7 @@ def depth_findings(rates: pd.DataFrame) -> list[dict]:
                  f"of {total} ({_percent(share)} [{_percent(low)}, {_percent(high)}]), "
                  f"against its {_percent(even)} share of the tested pairs")
         out.append({"model": model, "token_set": token_set, "kind": "failures_by_layer",
-                    "estimate": share, "ci_low": low, "ci_high": high,
+                    "estimate": share, "ci_low": low, "ci_high": high, "ci_method": "wilson",
                     "text": f"{model} ({token_set}): failures by layer (from 0) {counts}; "
                             f"{where}"})
     return out
@@ -134,17 +138,20 @@ def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]]) -> li
                     f"{mean['holding']}/{mean['inputs']} input-layer pairs)")
             out.append(compare(each_model, token_set, "per_head_vs_head_mean",
                                each["rate"] - mean["rate"], low, high,
-                               f"the head-mean rate of {mean_model}", note))
+                               f"the head-mean rate of {mean_model}", note,
+                               ci_method="newcombe"))
     return out
 
 
 def build_findings(summary: pd.DataFrame, rates: pd.DataFrame, controls: pd.DataFrame,
                    nulls: pd.DataFrame | None = None, seeds: pd.DataFrame | None = None,
-                   head_pairs: Sequence[tuple[str, str]] = ()) -> pd.DataFrame:
+                   head_pairs: Sequence[tuple[str, str]] = (),
+                   ci_method: str = "wilson") -> pd.DataFrame:
     """Every finding the report's tables support, as a table of `COLUMNS`: per model, its
-    controls, nulls, seeds, depth and heads findings, in that order."""
-    records = [r for r in (*control_findings(controls), *seed_findings(seeds),
-                           *null_findings(nulls), *depth_findings(rates),
+    controls, nulls, seeds, depth and heads findings, in that order. `ci_method`: what made the
+    controls' and nulls' intervals (the report's); each record names its own."""
+    records = [r for r in (*control_findings(controls, ci_method), *seed_findings(seeds),
+                           *null_findings(nulls, ci_method), *depth_findings(rates),
                            *head_findings(summary, head_pairs)) if r is not None]
     order = {name: i for i, name in enumerate(dict.fromkeys(summary["model"]))}
     for name, i in list(order.items()):  # a replicated model: after its replicates' findings

@@ -14,7 +14,7 @@ import csv
 import io
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import dask
 import numpy as np
@@ -37,8 +37,18 @@ from storage.query import (
 )
 from sweep import findings as findings_rules
 from sweep import report_training
-from sweep.report_controls import controls_table, markdown_section
+from sweep.report_controls import NEWCOMBE, PAIRED, controls_table, markdown_section
+from sweep.report_intervals import (
+    CI_METHODS,
+    Bootstrap,
+    bootstrap_controls,
+    bootstrap_lifts,
+    bootstrap_summary,
+    interval_table,
+    per_input_counts,
+)
 from sweep.report_nulls import lift_lines, null_lifts
+from sweep.report_precision import PRECISION_INTRO, precision_markdown, precision_table
 from sweep.report_readings import attribution, attribution_markdown, label_readings
 from sweep.report_seeds import markdown_section as seeds_section
 from sweep.report_seeds import seeds_table
@@ -70,26 +80,52 @@ class Report:
     training: dict  # 7. model name -> training record (models trained by the project)
     nulls: pd.DataFrame | None = None  # 1. model, token_set, null: size-matched null and lift
     heads: pd.DataFrame | None = None  # 2. model, head, token_set (models that kept each head)
+    precision: pd.DataFrame | None = None  # 1. model, token_set, dtype: decided at its rounding
+    ci_method: str = "wilson"  # how every ci_low/ci_high was made: wilson (Newcombe for
+    # differences) or bootstrap (the cluster bootstrap over inputs: `sweep.report_intervals`)
+    intervals: pd.DataFrame | None = None  # 1. model, token_set: Wilson beside the bootstrap
     seeds: pd.DataFrame | None = None  # model, token_set: rates across training seeds
     findings: pd.DataFrame | None = None  # model, token_set, kind: what the intervals support
 
 
-def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -> Report:
-    """Reduce a results tree to the study's tables; `tol` re-applies a tolerance to margins."""
+def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
+                 ci: str = "wilson", bootstrap: Bootstrap | None = None) -> Report:
+    """Reduce a results tree to the study's tables; `tol` re-applies a tolerance to margins.
+    `ci`: "wilson" (Wilson, Newcombe for differences), or "bootstrap": every headline rate,
+    trained - control difference and lift gets the cluster-bootstrap interval over inputs
+    (`bootstrap`: resamples and seed), and the `intervals` table compares the two."""
+    if ci not in CI_METHODS:
+        raise InputError(f"--ci {ci!r}: choose one of {', '.join(CI_METHODS)}")
+    report = _build_wilson(tree, store, tol)
+    if ci != "wilson":
+        how = bootstrap or Bootstrap()
+        counts = per_input_counts(tree, report.tol)
+        report = replace(
+            report, ci_method=ci,
+            summary=bootstrap_summary(report.summary, counts, how),
+            controls=bootstrap_controls(report.controls, counts, how),
+            nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, counts, how),
+            intervals=label_readings(interval_table(report.summary, counts, how)),
+        )
+    findings = findings_rules.build_findings(  # from the intervals the report prints
+        report.summary, report.rates, report.controls, report.nulls, report.seeds,
+        findings_rules.head_pairs(tree), ci_method=report.ci_method)
+    return replace(report, findings=findings)
+
+
+def _build_wilson(tree: xr.DataTree, store: str, tol: float | None) -> Report:
+    """The report with Wilson (and Newcombe) intervals."""
     tol = check_tol(tol)
     cells = cell_counts(tree, tol)  # read the verdicts once, group them three ways
     depth = rates_from_cells(cells, by=("model", "token_set", "depth"), depth_bins=DEPTH_BINS)
     order = model_names(tree)
     summary = rates_from_cells(cells, by=("model", "token_set"))
-    per_layer = rates_from_cells(cells)
-    controls, nulls, seeds = (controls_table(summary), null_lifts(tree, summary),
-                              seeds_table(summary))
     return Report(
         store=store,
         tol=tol,
         sweep_tol=tree.attrs.get("config", {}).get("tol"),
         summary=label_readings(summary),
-        rates=label_readings(per_layer),
+        rates=label_readings(rates_from_cells(cells)),
         depth=label_readings(_in_store_order(depth, order, ["token_set", "depth"])),
         failures=label_readings(_in_store_order(failures_by_depth(cells), order, ["token_set"])),
         rescue=special_token_rescue(tree, tol),
@@ -98,13 +134,12 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None) -
         baseline=baseline_table(tree),
         token_counts=label_readings(token_counts(tree)),
         rollout=label_readings(rollout_gap(tree)),
-        controls=label_readings(controls),
+        controls=label_readings(controls_table(summary)),
         training=report_training.training_records(tree),
-        nulls=nulls,
+        nulls=null_lifts(tree, summary),
         heads=head_rates(tree, cells),
-        seeds=label_readings(seeds),
-        findings=findings_rules.build_findings(summary, per_layer, controls, nulls, seeds,
-                                               findings_rules.head_pairs(tree)),
+        precision=precision_table(tree),
+        seeds=label_readings(seeds_table(summary)),
     )
 
 
@@ -229,8 +264,13 @@ def render_markdown(report: Report) -> str:
     tol = f"margin <= {report.tol:g} (re-applied)" if report.tol is not None else (
         "as stored by the sweep" + ("" if report.sweep_tol is None else
                                     f" (margin <= {report.sweep_tol:g})"))
+    method = ("95% Wilson (Newcombe for differences)" if report.ci_method == "wilson" else
+              "headline rates, trained - control differences and lifts: 95% cluster bootstrap "
+              "over inputs (paired for trained - control; the null's own uncertainty in each "
+              "lift); every other table: 95% Wilson")
     out = [f"# Dobrushin bound tightness: {report.store}", "",
-           f"Verdicts: {tol}. Intervals are 95% Wilson; `k/n` counts input-layer pairs with a "
+           f"Intervals (ci_method {report.ci_method}): {method}.", "",
+           f"Verdicts: {tol}. `k/n` counts input-layer pairs with a "
            "verdict; pending = not computed yet, skipped = no verdict: the token set kept fewer "
            "than two tokens, a row lost its mass, or the complement does not exist; "
            "disagreements = verdicts where the definition and the characterisation differ.", ""]
@@ -241,14 +281,24 @@ def render_markdown(report: Report) -> str:
                 "per-layer table.", ""]
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
-    out += markdown_section(report.controls)
+    bootstrapped = report.ci_method == "bootstrap"
+    out += markdown_section(report.controls, PAIRED if bootstrapped else NEWCOMBE)
     if report.seeds is not None:
         out += seeds_section(report.seeds)
     if report.nulls is not None:
+        lift_ci = ("95% cluster bootstrap over inputs with the null's binomial uncertainty"
+                   if bootstrapped else "95% Newcombe interval")
         out += ["Beside size-matched nulls (random matrices at the sizes of the model's own "
                 "tested matrices; the null's rate, then the lift observed - null in percentage "
-                "points, 95% Newcombe interval):", ""]
+                f"points, {lift_ci}):", ""]
         out += lift_lines(report.nulls)
+    if report.intervals is not None:
+        out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
+                "width ratio = bootstrap / Wilson width, design effect = bootstrap variance / "
+                "binomial variance of independent cells:", ""]
+        out += _table(report.intervals, list(report.intervals.columns))
+    out += ["Verdicts at the data's precision:", "", *PRECISION_INTRO]
+    out += precision_markdown(report.precision)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     if report.heads is not None:
@@ -294,7 +344,9 @@ def table_names() -> list[str]:
             if f.type in ("pd.DataFrame", "pd.DataFrame | None", pd.DataFrame)]
 
 
-ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)"}
+ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)",
+                 "intervals": "the bootstrap table needs --ci bootstrap",
+                 "precision": "the store was written before decision radii"}
 """Why an optional table (a `Report` field that may be None) is missing from a store's report."""
 
 
@@ -322,14 +374,21 @@ def render_csv(report: Report, table: str = "rates") -> str:
 
 def render_json(report: Report) -> str:
     """One JSON object: store, tol, rates, summary, baseline and the other sections' records."""
-    document = {"store": report.store, "tol": report.tol, "sweep_tol": report.sweep_tol}
+    document = {"store": report.store, "tol": report.tol, "sweep_tol": report.sweep_tol,
+                "ci_method": report.ci_method}
     for field in fields(Report):
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):
-            document[field.name] = _records(value)
+            method = report.ci_method if field.name in BOOTSTRAPPED_TABLES else "wilson"
+            document[field.name] = [{"ci_method": method, **record}  # a record's own wins
+                                    for record in _records(value)]
     document["training"] = report.training  # model name -> training record
     return json.dumps(document, indent=2, allow_nan=False) + "\n"
 
+
+BOOTSTRAPPED_TABLES = ("summary", "controls", "nulls", "intervals")
+"""The tables whose intervals `--ci bootstrap` makes by the cluster bootstrap over inputs; the
+others keep Wilson intervals (their records say `ci_method: wilson`)."""
 
 RENDERERS = {"md": render_markdown, "csv": render_csv, "json": render_json}
 

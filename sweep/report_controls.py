@@ -65,13 +65,17 @@ def controls_table(summary: pd.DataFrame) -> pd.DataFrame:
                                                    "ci_high")})
 
 
-def markdown_section(table: pd.DataFrame) -> list[str]:
-    """The section's Markdown lines: heading, how to read it, one row per model and token set."""
+NEWCOMBE = "95% Newcombe hybrid score interval (input-layer pairs counted as independent trials)"
+PAIRED = "95% paired cluster bootstrap over the inputs both models saw"
+
+
+def markdown_section(table: pd.DataFrame, interval: str = NEWCOMBE) -> list[str]:
+    """The section's Markdown lines: heading, how to read it, one row per model and token set;
+    `interval` says how the difference's interval was made."""
     out = ["## Controls: trained model against its random initialisation", "",
            "Holding rates of each model and of the same architecture with seeded random weights "
            "(`<model>@random-init`) on the same inputs and token sets; difference = trained - "
-           "control, 95% Newcombe hybrid score interval (input-layer pairs counted as "
-           "independent trials).", ""]
+           f"control, {interval}.", ""]
     if table.empty:
         return [*out, "(no model with a control in this store)", ""]
     out += ["| model | control | token set | trained k/n | trained rate | control k/n | "

@@ -46,6 +46,7 @@ class FixtureModel:
     content_gap: np.ndarray | None = None  # defaults to +inf where attaining_special, else 0
     rollout_kappa: np.ndarray | None = None
     rollout_bound: np.ndarray | None = None
+    radius: np.ndarray | None = None  # the decision radius per cell; defaults to the fill (NaN)
     n_tokens: np.ndarray | None = None  # (input,); defaults to t_max for every input
     t_max: int = 5
 
@@ -143,7 +144,7 @@ def _with_head_axis(model: FixtureModel) -> FixtureModel:
     arrays = {name: np.asarray(getattr(model, name))[:, :, None]
               for name in ("margin", "status", "attaining_special", "attaining_kind",
                            "holds_by_characterisation", "slack", "content_gap", "rollout_kappa",
-                           "rollout_bound")
+                           "rollout_bound", "radius")
               if getattr(model, name) is not None}
     return replace(model, **arrays)
 
@@ -177,6 +178,7 @@ def _result_values(model: FixtureModel, var: str, status: np.ndarray, n_tokens) 
         "status": status,
         "rollout_kappa": model.rollout_kappa,
         "rollout_bound": model.rollout_bound,
+        "radius": model.radius,
     }
     spec = RESULT_VARS[var]
     fill = np.full(status.shape, spec.fill, dtype=spec.dtype)

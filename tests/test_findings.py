@@ -48,7 +48,7 @@ def test_controls_nulls_and_seeds_become_records_of_one_shape():
     rates = pd.DataFrame(columns=["model", "layer", "token_set", "inputs", "holding"])
     table = findings.build_findings(summary, rates, controls, nulls, seeds)
     assert list(table.columns) == ["model", "token_set", "kind", "estimate", "ci_low", "ci_high",
-                                   "text"]
+                                   "text", "ci_method"]
     assert table[["model", "kind"]].values.tolist() == [  # in model order; seeds after theirs
         ["a", "vs_control"], ["a", "vs_null:softmax-b2"], ["s", "seeds_vs_control"],
         ["b", "vs_control"]]
@@ -124,7 +124,9 @@ def test_the_report_ends_with_the_findings_and_the_json_has_them(report):
         in text
     records = json.loads(render_json(report))["findings"]
     first = records[0]
-    assert set(first) == {"model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text"}
+    assert set(first) == {"model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text",
+                          "ci_method"}
+    assert first["ci_method"] == "wilson"  # the controls' Newcombe interval from Wilson's
     assert (first["model"], first["kind"]) == ("m", "vs_control")
     kinds = {(r["model"], r["kind"]) for r in records}
     assert ("m", "failures_by_layer") in kinds and ("m@random-init", "failures_by_layer") in kinds

@@ -163,3 +163,47 @@ def test_sizes_whose_matrices_cannot_fit_are_refused_in_one_line():
         run_baseline([2, 10**7], 10, 0)  # refused before any trial, whatever the machine
     with pytest.raises(InputError, match="baseline.sizes: .*size 10000000"):
         parse_config({"store": "/tmp/s.zarr", "baseline": {"sizes": [10**7], "trials": 10}})
+
+
+def test_qk_null_of_a_one_dimensional_head_by_hand():
+    # n = 2, d = 1, beta = 1: Q = (q0, q1), K = (k0, k1) are the generator's first four normals
+    # (Q then K); row i = softmax(q_i k_0, q_i k_1), so A_i0 = 1 / (1 + exp(q_i (k1 - k0)))
+    q0, q1, k0, k1 = np.random.default_rng(11).standard_normal(4)
+    by_hand = np.array([[1 / (1 + np.exp(q0 * (k1 - k0))), 0.0],
+                        [1 / (1 + np.exp(q1 * (k1 - k0))), 0.0]])
+    by_hand[:, 1] = 1 - by_hand[:, 0]
+    drawn = get_null("qk-d1").draw(np.random.default_rng(11), 1, 2)
+    np.testing.assert_allclose(drawn[0], by_hand, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize(("name", "d", "beta"), [("qk-d4", 4, 1.0), ("qk-d3-b2.5", 3, 2.5)])
+def test_qk_rows_are_softmax_of_scaled_query_key_products(name, d, beta):
+    x = np.random.default_rng(7).standard_normal((5, 2, 6, d))  # (matrix, Q|K, token, dim)
+    logits = beta * np.einsum("mid,mjd->mij", x[:, 0], x[:, 1]) / np.sqrt(d)
+    by_hand = np.exp(logits) / np.exp(logits).sum(axis=2, keepdims=True)
+    drawn = get_null(name).draw(np.random.default_rng(7), 5, 6)
+    np.testing.assert_allclose(drawn, by_hand, rtol=1e-12, atol=0)
+    assert name in parse_nulls(["uniform", name]) and get_null(name).code == stable_int(
+        f"null:{name}")
+
+
+def test_qk_null_at_n_2_is_tight_half_the_time():
+    # tight iff A_00 >= A_10 iff (q0 - q1).(k0 - k1) >= 0 for d = 1: probability exactly 1/2
+    a = get_null("qk-d1").draw(np.random.default_rng(3), 20000, 2)
+    rate = check(a, validate=False).holds.mean()
+    assert abs(rate - 0.5) < 0.015  # 4.2 standard errors
+
+
+@pytest.mark.parametrize("name", ["qk-d0", "qk-d8-b0", "qk-d8-bx", "qk-8"])
+def test_malformed_qk_names_are_refused_in_one_line(name):
+    with pytest.raises(InputError, match=f"unknown null '{name}'; choose from all, uniform"):
+        parse_nulls([name])
+
+
+def test_qk_nulls_are_named_in_the_baseline_and_the_matched_nulls_and_counted():
+    chosen = parse_config({"store": "/tmp/s.zarr", "matched_nulls": {"nulls": "qk-d8,qk-d8-b4"},
+                           "baseline": {"sizes": [2], "trials": 10, "nulls": ["qk-d1"]}})
+    assert chosen.baseline.nulls == ("qk-d1",)
+    assert chosen.matched_nulls.nulls == ("qk-d8", "qk-d8-b4")
+    holding, disagreements = holding_in_blocks(2, 0, baseline_blocks(2 * BLOCK), null="qk-d1")
+    assert disagreements == 0 and 0.45 * 2 * BLOCK < holding < 0.55 * 2 * BLOCK

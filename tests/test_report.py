@@ -130,7 +130,7 @@ def test_csv_writes_every_table_and_names_an_absent_one(store, capsys):
 
 
 def test_markdown_has_the_six_sections(store, capsys):
-    assert main(["report", str(store)]) == 0
+    assert main(["report", str(store), "--ci", "wilson"]) == 0
     text = capsys.readouterr().out
     for heading in ("## 1. Headline", "## 2. Per layer", "## 3. Depth", "## 4. Special tokens",
                     "## 5. Baseline", "## 6. Whole rollout"):

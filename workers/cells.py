@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from workers.equality import EqualityResult, rollout
+from workers.radius import decision_radius
 
 CHECKED = ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
            "attaining_pairs", "attaining_special", "slack", "content_gap")
@@ -36,3 +37,11 @@ def fill_rollout(out: dict[str, np.ndarray], stack: np.ndarray, bounds: np.ndarr
         kappa_r, bound_r = rollout(stack[:prefix], bounds=bounds[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
+
+
+def fill_radius(out: dict[str, np.ndarray], stack: np.ndarray, rows: np.ndarray, ok: np.ndarray,
+                tol: float) -> None:
+    """The decision radius of the ok layers' tested `stack` (pairs of `rows`, on the stack's own
+    axis), from the verdicts already in `out`."""
+    out["radius"][ok] = decision_radius(stack, rows, out["kappa"][ok], out["margin"][ok],
+                                        out["holds"][ok], tol)

@@ -7,6 +7,9 @@ registered by name in `NULLS`:
 - `softmax-b<beta>` for beta in `SOFTMAX_BETAS` (`softmax-b0.5`, `softmax-b1`, `softmax-b2`,
   `softmax-b4`): rows softmax(beta * Z) with Z i.i.d. standard normal, the shape of attention
   rows built from random logits; small beta is near-uniform rows, large beta near one-hot rows.
+- `qk-d<d>` and `qk-d<d>-b<beta>` (any d >= 1, beta > 0, default 1; built on demand, not part
+  of `all`): rows softmax(beta * Q K^T / sqrt(d)) with Q, K (n, d) i.i.d. standard normal, the
+  low-rank logits of one attention head with random queries and keys (rows are not independent).
 
 Seeds: a draw of matrices of size n in block k of a run comes from its own generator,
 `SeedSequence(seed, spawn_key=key)`, so counts never depend on how blocks are grouped into tasks.
@@ -19,7 +22,9 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import os
+import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -55,6 +60,27 @@ def draw_softmax(rng: np.random.Generator, b: int, n: int, beta: float) -> np.nd
     np.exp(z, out=z)
     z /= z.sum(axis=2, keepdims=True)
     return z
+
+
+def draw_qk(rng: np.random.Generator, b: int, n: int, d: int, beta: float) -> np.ndarray:
+    """b random (n, n) matrices softmax(beta * Q K^T / sqrt(d)) by rows, Q and K (n, d) i.i.d.
+    N(0, 1); (b, n, n) float64. Each matrix draws Q then K, (2, n, d) normals, in matrix order;
+    at most DRAW_BYTES of them at once. Each row's maximum is subtracted before exponentiating."""
+    out = np.empty((b, n, n), dtype=np.float64)  # (matrix, row, column)
+    step = max(1, DRAW_BYTES // (8 * 2 * n * d))
+    for start in range(0, b, step):
+        stop = min(b, start + step)
+        qk = rng.standard_normal(size=(stop - start, 2, n, d))  # (matrix, Q|K, token, dim)
+        z = out[start:stop]
+        np.matmul(qk[:, 0], qk[:, 1].transpose(0, 2, 1), out=z)
+        z *= beta / math.sqrt(d)
+        z -= z.max(axis=2, keepdims=True)
+        np.exp(z, out=z)
+        z /= z.sum(axis=2, keepdims=True)
+    return out
+
+
+QK_NAME = re.compile(r"qk-d([1-9][0-9]*)(?:-b([0-9]+(?:\.[0-9]+)?))?")
 
 
 def stable_int(text: str) -> int:
@@ -98,12 +124,33 @@ NULLS: dict[str, NullModel] = {
 }
 
 
+def _qk_null(name: str) -> NullModel | None:
+    """The `qk-d<d>[-b<beta>]` null `name` stands for (name as given: `qk-d8-b1` and `qk-d8` are
+    separate streams), or None when `name` is not of that form."""
+    match = QK_NAME.fullmatch(name)
+    if match is None:
+        return None
+    d, beta = int(match.group(1)), float(match.group(2) or 1.0)
+    if not beta > 0:
+        return None
+    return NullModel(name, functools.partial(draw_qk, d=d, beta=beta),
+                     f"rows softmax({beta:g} * Q K^T / sqrt({d})), Q, K (n, {d}) i.i.d. N(0, 1)")
+
+
+def _unknown(name: str, choices: str) -> InputError:
+    return InputError(f"unknown null {name!r}; choose from {choices}{', '.join(NULLS)}, "
+                      "qk-d<d>, qk-d<d>-b<beta>")
+
+
 def get_null(name: str) -> NullModel:
-    """The registered null `name`; InputError naming the valid names otherwise."""
-    try:
+    """The registered null `name`, or the `qk-d<d>[-b<beta>]` null it names; InputError naming
+    the valid names otherwise."""
+    if name in NULLS:
         return NULLS[name]
-    except KeyError:
-        raise InputError(f"unknown null {name!r}; choose from {', '.join(NULLS)}") from None
+    qk = _qk_null(name)
+    if qk is None:
+        raise _unknown(name, "")
+    return qk
 
 
 def parse_nulls(items: str | Iterable[str]) -> tuple[str, ...]:
@@ -118,8 +165,8 @@ def parse_nulls(items: str | Iterable[str]) -> tuple[str, ...]:
             name = name.strip()
             if name == "all":
                 names.extend(NULLS)
-            elif name not in NULLS:
-                raise InputError(f"unknown null {name!r}; choose from all, {', '.join(NULLS)}")
+            elif name not in NULLS and _qk_null(name) is None:
+                raise _unknown(name, "all, ")
             else:
                 names.append(name)
     if not names:

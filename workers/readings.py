@@ -18,7 +18,7 @@ import numpy as np
 from numba import njit
 
 from storage.layout import AttainingKind, ResultStatus
-from workers.cells import fill_rollout, fill_verdicts
+from workers.cells import fill_radius, fill_rollout, fill_verdicts
 from workers.center_bound import distances
 from workers.equality import check, restrict_layers, validate_stochastic
 from workers.kernel import self_dominance_gap, tv_factor_one, tv_one
@@ -219,6 +219,7 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
     out["content_gap"][:] = 0.0  # every pair is a content pair: the attaining ones too
     out["attaining_kind"][:] = AttainingKind.CONTENT_ONLY
     out["status"][:] = ResultStatus.OK
+    fill_radius(out, x, np.flatnonzero(content), np.ones(x.shape[0], dtype=bool), tol)
 
 
 def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, tol: float,
@@ -236,6 +237,7 @@ def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, t
     kept = np.flatnonzero(content)
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     fill_verdicts(out, result, ok, kept)
+    fill_radius(out, stack, np.arange(kept.size), ok, tol)
     out["attaining_kind"][ok] = AttainingKind.CONTENT_ONLY
     fill_rollout(out, stack, result.bound, ok, rollout_mode)
 

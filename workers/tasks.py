@@ -33,7 +33,7 @@ from storage.store import (
     write_training_record,
 )
 from workers.baseline import holding_in_blocks
-from workers.cells import fill_rollout, fill_verdicts
+from workers.cells import fill_radius, fill_rollout, fill_verdicts
 from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
@@ -212,6 +212,7 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
         return out
     result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
     fill_verdicts(out, result, ok, kept)
+    fill_radius(out, stack, np.arange(m), ok, tol)
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
     fill_rollout(out, stack, result.bound, ok, rollout_mode)
@@ -258,7 +259,8 @@ def run_test(task: TestTask) -> int:
     arrays = write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                              task.token_sets, task.tol,
                                                              task.rollout))
-    files = shard_chunks(arrays, tuple(RESULT_VARS), task.shard, task.start, task.stop)
+    files = shard_chunks(arrays, tuple(name for name in RESULT_VARS if name in arrays),
+                         task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker,
               checksums(task.store, files, written_by(group)))
     if task.drop:

@@ -1,4 +1,5 @@
-"""`sweep report STORE [--format md|csv|json] [--plots DIR] [--tol T]`: the study's tables."""
+"""`sweep report STORE [--format md|csv|json] [--plots DIR] [--tol T] [--ci bootstrap|wilson]
+[--resamples N] [--seed S]`: the study's tables."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from sweep.commands.store_args import add_store_argument, store_ref
 from sweep.outputs import check_writable_folder
 from sweep.plots import write_plots
 from sweep.report import RENDERERS, build_report, render_csv, table_names
+from sweep.report_intervals import CI_METHODS, DEFAULT_RESAMPLES, Bootstrap
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +38,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="also write PNG figures (depth, baseline, margins) into DIR")
     parser.add_argument("--tol", type=float, metavar="T",
                         help="re-apply a tolerance to the stored margins (holds := margin <= T)")
+    parser.add_argument("--ci", choices=CI_METHODS, default="bootstrap",
+                        help="interval of the headline rates, trained - control differences "
+                        "and lifts: bootstrap (default: a seeded cluster bootstrap over "
+                        "inputs; paired for trained - control; the null's own uncertainty in "
+                        "each lift) or wilson (Wilson; Newcombe for differences)")
+    parser.add_argument("--resamples", type=int, default=DEFAULT_RESAMPLES, metavar="N",
+                        help=f"bootstrap resamples per interval (default {DEFAULT_RESAMPLES})")
+    parser.add_argument("--seed", type=int, default=0, metavar="S",
+                        help="bootstrap seed (default 0)")
     parser.set_defaults(func=run)
 
 
@@ -65,7 +76,10 @@ def run(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
             tree = open_results(store)
-            report = build_report(tree, store=str(args.store), tol=args.tol)
+            if args.resamples < 1:
+                raise InputError(f"--resamples {args.resamples}: give at least 1")
+            report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
+                                  bootstrap=Bootstrap(args.resamples, args.seed))
             if args.format == "csv":
                 text = render_csv(report, args.table)
             else:
