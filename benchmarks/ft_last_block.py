@@ -4,9 +4,10 @@ For each FT model of a sweep config: the trained model (its cached checkpoint; t
 absent) and its random-init control, both with `last_block: full`, on the model's measured rows;
 per layer and token set, how many inputs the bound is tight on (the sweep's own verdict,
 `workers.tasks.evaluate_input`). The last layer is the block the library runs with the CLS query
-only. The numbers behind docs/ft-transformer.md:
+only. The numbers behind docs/ft-transformer.md were measured on the earlier default sweep
+(ft-cancer, ft-digits at d_block 64, standardisation, batch 64); on the current one:
 
-    PYTHONPATH=. python benchmarks/ft_last_block.py ft-cancer ft-digits   # the default sweep
+    PYTHONPATH=. python benchmarks/ft_last_block.py ft-cancer@seed0 ft-wine@seed0
 """
 
 from __future__ import annotations

@@ -30,11 +30,13 @@ from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
 from storage.location import StoreRef, check_options, check_url, scheme_of
 from sweep.controls import expand_controls
+from sweep.seeds import expand_seeds
 from sweep.yaml_io import load_yaml, read_text
 from workers.baseline import BLOCK
 from workers.equality import DEFAULT_TOL
 from workers.inputs import DatasetSpec, infer_kind
 from workers.models import check_heads, resolve_model
+from workers.models.token_layout import needs_preparation
 from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
@@ -134,8 +136,18 @@ class ModelConfig(_Frozen):
     options: dict[str, Any] = Field(default_factory=dict)
     control: Literal["random-init"] | None = None  # adds `<name>@random-init` (sweep.controls)
     attention: Attention | None = None  # the sweep's `attention` when None
+    seeds: tuple[NonNegativeInt, ...] | None = None  # replicates `<name>@seed<k>` (sweep.seeds)
 
     _attention = field_validator("attention", mode="before")(_attention)
+
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, seeds: tuple[int, ...] | None) -> tuple[int, ...] | None:
+        if seeds is not None and not seeds:
+            raise ValueError("give at least one seed, or leave `seeds` out")
+        if seeds is not None and len(set(seeds)) != len(seeds):
+            raise ValueError(f"seeds repeat a value: {list(seeds)}")
+        return seeds
 
 
 def _null_names(value: Any) -> tuple[str, ...]:
@@ -349,7 +361,13 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
         message = MESSAGES.get(first["type"], first["msg"])
         raise InputError(f"{_key_path(first['loc'])}: {message}") from None
     _check_references(config)
-    return expand_controls(config)
+    return expand_controls(expand_seeds(config, _trained_models(config)))
+
+
+def _trained_models(config: SweepConfig) -> list[str]:
+    """The entries with `seeds` whose models the project trains (`needs_preparation`)."""
+    return [name for name, entry in config.models.items() if entry.seeds is not None
+            and needs_preparation(resolve_model(entry.source, **entry.options))]
 
 
 def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:

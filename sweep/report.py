@@ -35,6 +35,7 @@ from storage.query import (
     rates_from_cells,
     with_rates,
 )
+from sweep import findings as findings_rules
 from sweep import report_training
 from sweep.report_controls import NEWCOMBE, PAIRED, controls_table, markdown_section
 from sweep.report_intervals import (
@@ -49,6 +50,8 @@ from sweep.report_intervals import (
 from sweep.report_nulls import lift_lines, null_lifts
 from sweep.report_precision import PRECISION_INTRO, precision_markdown, precision_table
 from sweep.report_readings import attribution, attribution_markdown, label_readings
+from sweep.report_seeds import markdown_section as seeds_section
+from sweep.report_seeds import seeds_table
 from workers.token_kinds import reading_label
 
 DEPTH_BINS = 3  # the depth section's relative-depth bins: thirds
@@ -81,6 +84,8 @@ class Report:
     ci_method: str = "wilson"  # how every ci_low/ci_high was made: wilson (Newcombe for
     # differences) or bootstrap (the cluster bootstrap over inputs: `sweep.report_intervals`)
     intervals: pd.DataFrame | None = None  # 1. model, token_set: Wilson beside the bootstrap
+    seeds: pd.DataFrame | None = None  # model, token_set: rates across training seeds
+    findings: pd.DataFrame | None = None  # model, token_set, kind: what the intervals support
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
@@ -92,17 +97,20 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
     if ci not in CI_METHODS:
         raise InputError(f"--ci {ci!r}: choose one of {', '.join(CI_METHODS)}")
     report = _build_wilson(tree, store, tol)
-    if ci == "wilson":
-        return report
-    how = bootstrap or Bootstrap()
-    counts = per_input_counts(tree, report.tol)
-    return replace(
-        report, ci_method=ci,
-        summary=bootstrap_summary(report.summary, counts, how),
-        controls=bootstrap_controls(report.controls, counts, how),
-        nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, counts, how),
-        intervals=label_readings(interval_table(report.summary, counts, how)),
-    )
+    if ci != "wilson":
+        how = bootstrap or Bootstrap()
+        counts = per_input_counts(tree, report.tol)
+        report = replace(
+            report, ci_method=ci,
+            summary=bootstrap_summary(report.summary, counts, how),
+            controls=bootstrap_controls(report.controls, counts, how),
+            nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, counts, how),
+            intervals=label_readings(interval_table(report.summary, counts, how)),
+        )
+    findings = findings_rules.build_findings(  # from the intervals the report prints
+        report.summary, report.rates, report.controls, report.nulls, report.seeds,
+        findings_rules.head_pairs(tree), ci_method=report.ci_method)
+    return replace(report, findings=findings)
 
 
 def _build_wilson(tree: xr.DataTree, store: str, tol: float | None) -> Report:
@@ -131,6 +139,7 @@ def _build_wilson(tree: xr.DataTree, store: str, tol: float | None) -> Report:
         nulls=null_lifts(tree, summary),
         heads=head_rates(tree, cells),
         precision=precision_table(tree),
+        seeds=label_readings(seeds_table(summary)),
     )
 
 
@@ -274,6 +283,8 @@ def render_markdown(report: Report) -> str:
     out += _headline(report.summary)
     bootstrapped = report.ci_method == "bootstrap"
     out += markdown_section(report.controls, PAIRED if bootstrapped else NEWCOMBE)
+    if report.seeds is not None:
+        out += seeds_section(report.seeds)
     if report.nulls is not None:
         lift_ci = ("95% cluster bootstrap over inputs with the null's binomial uncertainty"
                    if bootstrapped else "95% Newcombe interval")
@@ -322,6 +333,8 @@ def render_markdown(report: Report) -> str:
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
     out += report_training.render_markdown(report.training)
+    if report.findings is not None:
+        out += findings_rules.markdown_section(report.findings)
     return "\n".join(out)
 
 
@@ -367,7 +380,7 @@ def render_json(report: Report) -> str:
         value = getattr(report, field.name)
         if isinstance(value, pd.DataFrame):
             method = report.ci_method if field.name in BOOTSTRAPPED_TABLES else "wilson"
-            document[field.name] = [{**record, "ci_method": method}
+            document[field.name] = [{"ci_method": method, **record}  # a record's own wins
                                     for record in _records(value)]
     document["training"] = report.training  # model name -> training record
     return json.dumps(document, indent=2, allow_nan=False) + "\n"

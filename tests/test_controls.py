@@ -175,9 +175,12 @@ def test_a_store_without_controls_says_so(tmp_path):
     assert "(no model with a control in this store)" in render_markdown(report)
 
 
-def test_the_default_sweep_controls_minilm_and_the_ft_models():
+def test_the_default_sweep_controls_minilm_and_every_seed_of_the_ft_models():
     from sweep.config import default_config_path, load_config
 
     models = load_config(default_config_path()).models
-    for name in ("minilm-l6", "ft-cancer", "ft-digits"):
+    fts = [f"{table}@seed{seed}" for table in ("ft-cancer", "ft-wine") for seed in (0, 1, 2)]
+    for name in ("minilm-l6", *fts):
         assert models[f"{name}@random-init"].options.get("random_init") is True
+    for name in fts:
+        assert models[name].options == {"seed": int(name[-1])}  # the paper's recipe: defaults

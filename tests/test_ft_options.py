@@ -17,6 +17,8 @@ from workers.models.ft_options import measured_layers
         ({"split": "train"}, r"option split='train' must be one of \['test', 'all'\]"),
         ({"last_block": "cls"}, r"option last_block='cls' must be one of \['skip', 'full'\]"),
         ({"d_block": 12}, r"option d_block=12 must be null or a positive multiple of 8"),
+        ({"preprocessing": "minmax"},
+         r"option preprocessing='minmax' must be one of \['quantile', 'standard'\]"),
         ({"patience": 0}, r"option patience=0 must be an integer >= 1"),
         ({"n_blocks": 1}, r"last_block='skip' needs n_blocks >= 2"),
     ],

@@ -4,11 +4,16 @@ Pure (no torch): the registry validates options at resolve time with `check`, an
 sizes an FT model's store from its spec with `measured_layers`, without building it.
 
 Options (a `ModelSpec`'s `config`):
-    n_blocks      1..6; the library's default architecture for that depth
-    d_block       null (the library's width for `n_blocks`) or a multiple of 8 (8 heads)
+    n_blocks      1..6; the library's default architecture for that depth (3: the paper's)
+    d_block       null (the library's width for `n_blocks`: 192 at 3 blocks, the paper's) or a
+                  multiple of 8 (8 heads)
+    preprocessing quantile (the paper's: QuantileTransformer to a normal distribution, fitted on
+                  the training rows with 1e-5 noise, as the package example) or standard
+                  (mean and std of the training rows)
     max_epochs    cap on training epochs; set it so that `patience`, not the cap, ends training
     patience      epochs without a lower validation loss before training stops (16: the paper)
-    batch_size    training rows per AdamW step
+    batch_size    training rows per AdamW step (256: the paper's for its smallest datasets, and
+                  the package example's; docs/ft-transformer.md)
     val_fraction, test_fraction   shares of the table's rows held out, each in (0, 0.5)
     split         test: measure attention on the held-out test rows; all: on every row
     last_block    skip: measure the blocks that compute every query row (n_blocks - 1 layers);
@@ -25,14 +30,16 @@ from storage.errors import InputError
 HEADS = 8  # attention_n_heads of the library's default configurations
 SPLITS = ("test", "all")
 LAST_BLOCKS = ("skip", "full")
+PREPROCESSINGS = ("quantile", "standard")
 MEASUREMENT_ONLY = ("split", "last_block")  # options that change what is measured, not training
 
 DEFAULTS: dict[str, Any] = {
     "n_blocks": 3,
     "d_block": None,
+    "preprocessing": "quantile",
     "max_epochs": 1000,
     "patience": 16,
-    "batch_size": 64,
+    "batch_size": 256,
     "val_fraction": 0.2,
     "test_fraction": 0.2,
     "split": "test",
@@ -71,6 +78,8 @@ def _rule(key: str, value: Any) -> str | None:
         return None if value in SPLITS else f"one of {list(SPLITS)}"
     if key == "last_block":
         return None if value in LAST_BLOCKS else f"one of {list(LAST_BLOCKS)}"
+    if key == "preprocessing":
+        return None if value in PREPROCESSINGS else f"one of {list(PREPROCESSINGS)}"
     if key == "n_blocks":
         return None if integer and 1 <= value <= 6 else "an integer >= 1 and <= 6"
     if key == "d_block":

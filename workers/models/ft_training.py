@@ -1,11 +1,13 @@
 """FT-Transformer's training recipe: Gorishniy et al. (2021), as rtdl_revisiting_models gives it.
 
-AdamW (lr 1e-4, weight decay 1e-5) over the library's parameter groups (`make_parameter_groups`:
-no weight decay on the embeddings, the normalisations and the biases); cross-entropy
+Preprocessing (`ft_data.fit_preprocessing`, option `preprocessing`): the quantile transform
+fitted on the training rows (default) or standardisation. AdamW (lr 1e-4, weight decay 1e-5)
+over the library's parameter groups (`make_parameter_groups`: no weight decay on the
+embeddings, the normalisations and the biases); cross-entropy
 (classification) or MSE on the standardised target (regression); early stopping on the
 validation loss: training stops after `patience` epochs without a lower validation loss, or at
 `max_epochs`, and the weights of the lowest-validation-loss epoch are kept. `train` returns those
-weights (with the standardisation) and a JSON-able training record.
+weights (with the preprocessing) and a JSON-able training record.
 """
 
 from __future__ import annotations
@@ -25,10 +27,13 @@ from workers.determinism import TORCH_THREADS, fixed_torch
 from workers.inputs import Table
 from workers.models import ModelSpec
 from workers.models.ft_data import (
+    QUANTILE_NOISE,
+    SUBSAMPLE,
     architecture,
     encode,
-    fit_stats,
+    fit_preprocessing,
     init_model,
+    n_quantiles,
     output_size,
     table_split,
 )
@@ -67,9 +72,10 @@ def train_device() -> torch.device:
 
 def train(spec: ModelSpec, table: Table,
           device: torch.device | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Train `spec` on `table` by the recipe; the kept weights plus the standardisation (`STATS`
-    keys), and the training record (see `docs/models.md`). Runs on TORCH_THREADS torch threads
-    with deterministic algorithms: the same bits on any machine's core count."""
+    """Train `spec` on `table` by the recipe; the kept weights plus the preprocessing
+    (`ft_data.STATS_PREFIX` keys), and the training record (see `docs/models.md`). Runs on
+    TORCH_THREADS torch threads with deterministic algorithms: the same bits on any machine's
+    core count."""
     with fixed_torch(TORCH_THREADS, deterministic=True):
         return _train(spec, table, device)
 
@@ -79,7 +85,7 @@ def _train(spec: ModelSpec, table: Table,
     started = time.perf_counter()
     options, device = spec.options, device or train_device()
     split = table_split(options, spec.seed, table)
-    stats = fit_stats(table, split["train"])
+    stats = fit_preprocessing(options, spec.seed, table, split["train"])
     classification = table.task == "classification"
     target = torch.as_tensor(table.target, dtype=torch.long if classification else torch.float32)
     if not classification:
@@ -130,7 +136,7 @@ def _train(spec: ModelSpec, table: Table,
         "split": {part: len(split[part]) for part in ("train", "val", "test")},
         "wall_s": round(time.perf_counter() - started, 3),
         "n_params": sum(p.numel() for p in model.parameters()),
-        "hyperparameters": hyperparameters(spec, classification),
+        "hyperparameters": hyperparameters(spec, classification, len(split["train"])),
         "inputs": {"n_cont": len(table.continuous),
                    "cat_cardinalities": list(table.cardinalities), "d_out": output_size(table)},
         "table": table.fingerprint,
@@ -142,12 +148,23 @@ def _train(spec: ModelSpec, table: Table,
     return {**state, **stats}, record
 
 
-def hyperparameters(spec: ModelSpec, classification: bool) -> dict[str, Any]:
-    """What determines the training: architecture, optimiser, loss, batch, stopping, split."""
+def preprocessing(options: dict[str, Any], n_train: int) -> dict[str, Any]:
+    """The preprocessing the record names: its kind and, for `quantile`, its parameters."""
+    if options["preprocessing"] == "standard":
+        return {"kind": "standard", "fitted_on": "train rows"}
+    return {"kind": "quantile", "fitted_on": "train rows", "output_distribution": "normal",
+            "n_quantiles": min(n_quantiles(n_train), n_train), "noise_std": QUANTILE_NOISE,
+            "subsample": SUBSAMPLE, "random_state": "seed"}
+
+
+def hyperparameters(spec: ModelSpec, classification: bool, n_train: int) -> dict[str, Any]:
+    """What determines the training: architecture, preprocessing, optimiser, loss, batch,
+    stopping, split."""
     arch = {k: v for k, v in architecture(spec.options).items() if not k.startswith("_")}
     keys = ("batch_size", "max_epochs", "patience", "val_fraction", "test_fraction")
     return {
-        **arch, "optimizer": "AdamW", "lr": LR, "weight_decay": WEIGHT_DECAY,
+        **arch, "preprocessing": preprocessing(spec.options, n_train),
+        "optimizer": "AdamW", "lr": LR, "weight_decay": WEIGHT_DECAY,
         "no_weight_decay": "embeddings, normalisations, biases (make_parameter_groups)",
         "loss": "cross_entropy" if classification else "mse (standardised target)",
         "early_stopping": "validation loss", **{k: spec.options[k] for k in keys},

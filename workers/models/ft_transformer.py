@@ -1,7 +1,7 @@
 """FT-Transformer (rtdl_revisiting_models): trained by the project, attention recomputed in full.
 
 Training (`workers.models.ft_training`): the recipe of Gorishniy et al. (2021) on a seeded
-train/validation/test split of the whole table; the kept weights and the standardisation go
+train/validation/test split of the whole table; the kept weights and the preprocessing go
 into one safetensors checkpoint, the training record into a JSON beside it, both keyed by the
 spec and the table's content, and reused when present. A spec with `random_init` is the control:
 the same architecture with the seeded initial weights training would start from, never trained.
@@ -36,9 +36,9 @@ from workers.extraction import Batch, Extractor, Sink
 from workers.inputs import Dataset, Table
 from workers.models import ModelSpec
 from workers.models.ft_data import (
-    STATS,
+    STATS_PREFIX,
     encode,
-    fit_stats,
+    fit_preprocessing,
     init_model,
     model_rows,
     split_indices,
@@ -155,10 +155,11 @@ def train(spec: ModelSpec, table: Table) -> tuple[dict[str, torch.Tensor], dict[
 
 
 def initial_state(spec: ModelSpec, table: Table) -> dict[str, torch.Tensor]:
-    """The random-init control's weights and standardisation: the seeded initial weights that
-    training starts from, and the same training-row statistics the trained model uses."""
+    """The random-init control's weights and preprocessing: the seeded initial weights that
+    training starts from, and the same training-row preprocessing the trained model uses."""
     model = init_model(spec.options, spec.seed, table)
-    stats = fit_stats(table, table_split(spec.options, spec.seed, table)["train"])
+    train_rows = table_split(spec.options, spec.seed, table)["train"]
+    stats = fit_preprocessing(spec.options, spec.seed, table, train_rows)
     return {**model.state_dict(), **stats}
 
 
@@ -174,7 +175,8 @@ class FTExtractor(Extractor):
             state = initial_state(spec, self.table)
         else:
             state = ensure_checkpoint(spec, dataset, cache)[0]
-        self.stats = {k: state.pop(k).to(device) for k in STATS}
+        self.stats = {k: state.pop(k).to(device) for k in list(state)
+                      if k.startswith(STATS_PREFIX)}
         self.model: FTTransformer = init_model(spec.options, spec.seed, self.table)
         self.model.load_state_dict(state)
         self.model.eval().to(device=device, dtype=dtype)

@@ -1,0 +1,132 @@
+"""Findings computed, not written: the rules on hand-built tables (tighter / looser /
+indistinguishable by where the interval lies; failures by layer in counts, concentrated only
+beyond an even share; per-head beside head-mean), and the report's Findings section."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+import xarray as xr
+
+from storage.query import open_results
+from storage.statistics import wilson_interval
+from sweep import findings
+from sweep.report import build_report, render_json, render_markdown
+from tests.store_fixtures import write_store
+from tests.test_controls import model_with
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "verdict"),
+    [(0.01, 0.2, "tighter than"), (-0.3, -0.001, "looser than"),
+     (-0.05, 0.1, "indistinguishable from"), (0.0, 0.1, "indistinguishable from")],
+)
+def test_a_comparison_is_decided_by_where_its_interval_lies(low, high, verdict):
+    record = findings.compare("m", "all", "vs_control", (low + high) / 2, low, high, "X")
+    assert verdict in record["text"] and record["text"].startswith(f"m (all): {verdict} X")
+    assert ("includes 0" in record["text"]) == (verdict == "indistinguishable from")
+
+
+def test_undefined_intervals_make_no_finding():
+    assert findings.compare("m", "all", "vs_control", float("nan"), 0.1, 0.2, "X") is None
+
+
+def test_controls_nulls_and_seeds_become_records_of_one_shape():
+    controls = pd.DataFrame([
+        {"model": "a", "control": "a@random-init", "token_set": "all", "difference": 0.2,
+         "ci_low": 0.05, "ci_high": 0.33},
+        {"model": "b", "control": "b@random-init", "token_set": "all", "difference": 0.06,
+         "ci_low": -0.02, "ci_high": 0.13}])
+    nulls = pd.DataFrame([{"model": "a", "token_set": "all", "null": "softmax-b2", "lift": -0.1,
+                           "lift_ci_low": -0.15, "lift_ci_high": -0.04}])
+    seeds = pd.DataFrame([{"model": "s", "token_set": "content", "n_seeds": 3,
+                           "difference_mean": 0.05, "difference_ci_low": -0.2,
+                           "difference_ci_high": 0.3}])
+    summary = pd.DataFrame({"model": ["a", "s@seed0", "s@seed0@random-init", "b"]})
+    rates = pd.DataFrame(columns=["model", "layer", "token_set", "inputs", "holding"])
+    table = findings.build_findings(summary, rates, controls, nulls, seeds)
+    assert list(table.columns) == ["model", "token_set", "kind", "estimate", "ci_low", "ci_high",
+                                   "text", "ci_method"]
+    assert table[["model", "kind"]].values.tolist() == [  # in model order; seeds after theirs
+        ["a", "vs_control"], ["a", "vs_null:softmax-b2"], ["s", "seeds_vs_control"],
+        ["b", "vs_control"]]
+    texts = table["text"].tolist()
+    assert texts[0] == "a (all): tighter than its control a@random-init: +20.0 pp [+5.0 pp, " \
+        "+33.0 pp]"
+    assert texts[1].startswith("a (all): looser than the size-matched softmax-b2 null: -10.0 pp")
+    assert "(mean over 3 seeds)" in texts[2] and "indistinguishable" in texts[2]
+    assert texts[3].startswith("b (all): indistinguishable from its control")
+
+
+def per_layer(model: str, failures: list[int], inputs: int = 40) -> pd.DataFrame:
+    return pd.DataFrame({"model": model, "token_set": "all", "layer": range(len(failures)),
+                         "inputs": inputs, "holding": [inputs - f for f in failures]})
+
+
+def test_failures_concentrate_only_when_the_share_interval_clears_an_even_share():
+    rates = pd.concat([per_layer("deep", [30, 5, 5]), per_layer("spread", [9, 6, 5]),
+                       per_layer("one-layer", [7]), per_layer("none", [0, 0])])
+    (deep, spread) = findings.depth_findings(rates)
+    low, high = wilson_interval(30, 40)  # 75.0% [59.8%, 85.8%] > 33.3%
+    assert (deep["estimate"], deep["ci_low"], deep["ci_high"]) == pytest.approx((0.75, low, high))
+    assert deep["text"] == (
+        "deep (all): failures by layer (from 0) layer 0: 30, layer 1: 5, layer 2: 5; they "
+        f"concentrate in layer 0: 30 of 40 (75.0% [{100 * low:.1f}%, {100 * high:.1f}%]), above "
+        "its 33.3% share of the tested pairs")
+    assert wilson_interval(9, 20)[0] < 1 / 3  # 45% of the failures, but not beyond an even share
+    assert spread["text"].startswith(
+        "spread (all): failures by layer (from 0) layer 0: 9, layer 1: 6, layer 2: 5; no layer "
+        "is singled out: the most, layer 0, holds 9 of 20")
+
+
+def test_per_head_beside_head_mean():
+    summary = pd.DataFrame([
+        {"model": "m", "token_set": "all", "holding": 150, "inputs": 160, "rate": 150 / 160},
+        {"model": "m-heads", "token_set": "all", "holding": 1507, "inputs": 1920,
+         "rate": 1507 / 1920}])
+    intervals = [wilson_interval(150, 160), wilson_interval(1507, 1920)]
+    summary["ci_low"], summary["ci_high"] = zip(*intervals, strict=True)
+    (record,) = findings.head_findings(summary, [("m", "m-heads")])
+    assert record["kind"] == "per_head_vs_head_mean"
+    assert record["estimate"] == pytest.approx(1507 / 1920 - 150 / 160)
+    assert record["text"].startswith("m-heads (all): looser than the head-mean rate of m: -15.3 pp")
+    assert "per head 78.5%, 1507/1920 input-layer-head cells; head mean 93.8%, 150/160" in \
+        record["text"]
+
+
+def test_head_pairs_match_models_that_differ_only_in_heads():
+    def node(heads: list[str], spec: dict) -> xr.DataTree:
+        tree = xr.DataTree(xr.Dataset(coords={"head": heads}))
+        tree.attrs["fingerprint_inputs"] = {"model": spec, "dataset": {"source": "d"}}
+        return tree
+
+    spec = {"name": "minilm-l6", "seed": 0}
+    tree = xr.DataTree(children={
+        "mean": node(["mean"], spec), "each": node(["0", "1"], {**spec, "heads": "each"}),
+        "other": node(["0", "1"], {**spec, "seed": 1, "heads": "each"})})
+    assert findings.head_pairs(tree) == [("mean", "each")]
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    """m holds on 56 of 70 pairs (30 + 26 of 35 per layer), its control on 48 of 80."""
+    models = {"m": model_with([30, 26], 35), "m@random-init": model_with([20, 28], 40)}
+    path = write_store(tmp_path_factory.mktemp("findings") / "sweep.zarr", models)
+    return build_report(open_results(path), store=str(path))
+
+
+def test_the_report_ends_with_the_findings_and_the_json_has_them(report):
+    text = render_markdown(report)
+    assert text.rstrip().split("## ")[-1].startswith("Findings")
+    assert "- m (all): tighter than its control m@random-init: +20.0 pp [+5.2 pp, +33.4 pp]" \
+        in text
+    records = json.loads(render_json(report))["findings"]
+    first = records[0]
+    assert set(first) == {"model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text",
+                          "ci_method"}
+    assert first["ci_method"] == "wilson"  # the controls' Newcombe interval from Wilson's
+    assert (first["model"], first["kind"]) == ("m", "vs_control")
+    kinds = {(r["model"], r["kind"]) for r in records}
+    assert ("m", "failures_by_layer") in kinds and ("m@random-init", "failures_by_layer") in kinds
