@@ -74,3 +74,34 @@ def test_fixed_torch_restores_the_process_settings_when_the_last_user_leaves(pro
                 pass
     assert torch.get_num_threads() == 2
     assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_threads_of_one_worker_may_enter_together_whatever_count_each_had(process_threads):
+    """torch keeps the count per OS thread: a worker thread that last ran torch on 2 threads
+    enters beside one already inside on 1, and runs on 1 (a thread-based Dask worker)."""
+    import threading
+
+    inside, release, seen, errors = threading.Event(), threading.Event(), [], []
+
+    def first() -> None:
+        with fixed_torch(1):
+            inside.set()
+            release.wait(30)
+
+    def second() -> None:
+        torch.set_num_threads(2)  # this thread's own count before it enters
+        inside.wait(30)
+        try:
+            with fixed_torch(1):
+                seen.append(torch.get_num_threads())
+        except ValueError as error:
+            errors.append(error)
+        finally:
+            release.set()
+
+    threads = [threading.Thread(target=first), threading.Thread(target=second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == [] and seen == [1]

@@ -20,6 +20,7 @@ TORCH_THREADS = 1  # the default for training and extraction (recorded in the st
 
 _LOCK = threading.Lock()
 _users = 0
+_held = 0  # the count the current users asked for
 _saved: tuple[int, bool, bool] | None = None
 
 
@@ -27,16 +28,20 @@ _saved: tuple[int, bool, bool] | None = None
 def fixed_torch(threads: int = TORCH_THREADS, *, deterministic: bool = False) -> Iterator[None]:
     """Within the block: `threads` intra-op threads, and with `deterministic` (training)
     deterministic algorithms too (a warning where an op has none). ValueError if another thread of
-    this process holds a different count at the same time."""
-    global _users, _saved
+    this process holds a different count at the same time.
+
+    torch keeps the count per OS thread (OpenMP) as well as process-wide, so every thread that
+    enters sets it for itself; the process's settings come back when the last user leaves."""
+    global _users, _held, _saved
     with _LOCK:
         if _users == 0:
             _saved = (torch.get_num_threads(), torch.are_deterministic_algorithms_enabled(),
                       torch.is_deterministic_algorithms_warn_only_enabled())
-            torch.set_num_threads(threads)
-        elif torch.get_num_threads() != threads:
+            _held = threads
+        elif threads != _held:
             raise ValueError(f"torch threads: {threads} asked while this process runs with "
-                             f"{torch.get_num_threads()}")
+                             f"{_held}")
+        torch.set_num_threads(threads)  # this thread's count (and the process's default)
         if deterministic and not torch.are_deterministic_algorithms_enabled():
             torch.use_deterministic_algorithms(True, warn_only=True)
         _users += 1
