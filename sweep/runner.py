@@ -38,7 +38,16 @@ from sweep.freshness import (
     with_digests,
 )
 from sweep.interrupts import Interrupted, raise_if_interrupted
-from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
+from sweep.plan import (
+    ExtractTask,
+    ModelFacts,
+    NullTask,
+    SweepPlan,
+    Task,
+    TestTask,
+    build_plan,
+    check_plan_size,
+)
 from sweep.preflight import check_before_lock, check_plan_fits_store
 from workers.extraction import model_dataset
 from workers.inputs import Dataset, open_dataset
@@ -109,6 +118,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     """
     say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
     datasets = measured_datasets(config)
+    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
     facts = {name: gather_facts(config, name, progress=progress, dataset=datasets[name])
              for name in config.models}
     plan = with_digests(build_plan(config, facts), plan_digests(config, datasets))
