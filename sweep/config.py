@@ -41,6 +41,9 @@ from workers.nulls import NULLS, check_sizes_fit, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
 MAX_TRIAL_TASKS = 100_000  # trial-chunk tasks per baseline, and per model's matched nulls
+MAX_TRIALS = 10**8  # trials per baseline (null, size) and per model's (null, token set)
+MAX_CHUNK_TRIALS = 10**6  # trials per task: about 21 CPU-minutes at size 256 (1.27 ms a trial)
+MAX_MODELS = 1_000  # models per sweep, seed replicates and controls included
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 RESERVED_NAMES = frozenset({"baseline"})
 MESSAGES = {
@@ -161,7 +164,20 @@ def _null_names(value: Any) -> tuple[str, ...]:
 def _whole_blocks(chunk_trials: int) -> int:
     if chunk_trials % BLOCK:
         raise ValueError(f"must be a multiple of {BLOCK} (the baseline's block of trials)")
+    if chunk_trials > MAX_CHUNK_TRIALS:
+        raise ValueError(
+            f"{chunk_trials} trials in one task; at most {MAX_CHUNK_TRIALS} (a task of "
+            f"{MAX_CHUNK_TRIALS} trials at size 256 takes about 21 CPU-minutes, and a failed "
+            f"task is retried whole)")
     return chunk_trials
+
+
+def _few_enough_trials(trials: int) -> int:
+    if trials > MAX_TRIALS:
+        raise ValueError(
+            f"{trials} trials; at most {MAX_TRIALS} (the 95% interval's half-width is already "
+            f"0.0085 percentage points at p = 0.25, and 35 CPU-hours at size 256)")
+    return trials
 
 
 def _few_enough_tasks(trials: int, chunk_trials: int, cells: int) -> None:
@@ -188,6 +204,7 @@ class BaselineConfig(_Frozen):
     _nulls = field_validator("nulls", mode="before")(_null_names)
 
     _chunk = field_validator("chunk_trials")(_whole_blocks)
+    _trials = field_validator("trials")(_few_enough_trials)
 
     @model_validator(mode="after")
     def _bounded(self) -> BaselineConfig:
@@ -217,6 +234,7 @@ class MatchedNullsConfig(_Frozen):
 
     _nulls = field_validator("nulls", mode="before")(_null_names)
     _chunk = field_validator("chunk_trials")(_whole_blocks)
+    _trials = field_validator("trials")(_few_enough_trials)
 
     @model_validator(mode="after")
     def _bounded(self) -> MatchedNullsConfig:
@@ -360,8 +378,21 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
         first = error.errors()[0]
         message = MESSAGES.get(first["type"], first["msg"])
         raise InputError(f"{_key_path(first['loc'])}: {message}") from None
+    _few_enough_models(len(config.models))
     _check_references(config)
-    return expand_controls(expand_seeds(config, _trained_models(config)))
+    expanded = expand_controls(expand_seeds(config, _trained_models(config)))
+    _few_enough_models(len(expanded.models), " (seed replicates and controls included)")
+    return expanded
+
+
+def _few_enough_models(count: int, which: str = "") -> None:
+    """InputError if a sweep lists more than MAX_MODELS models: the driver plans every model
+    in memory before any task runs."""
+    if count > MAX_MODELS:
+        raise InputError(
+            f"models: {count} models{which}; at most {MAX_MODELS} in one sweep (the driver "
+            f"plans them all before any task runs: 1,000 took 18 s, 10,000 took 5 minutes); "
+            f"split them over several sweep configs")
 
 
 def _trained_models(config: SweepConfig) -> list[str]:

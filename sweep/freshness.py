@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -27,13 +28,29 @@ from storage.store import open_root
 from sweep.config import SweepConfig
 from sweep.plan import ExtractTask, SweepPlan, Task
 from workers.digests import input_digests
-from workers.inputs import Dataset
+from workers.extraction import model_dataset
+from workers.inputs import Dataset, open_dataset
 from workers.models import resolve_model
+
+
+def measured_datasets(config: SweepConfig, names: Iterable[str] | None = None
+                      ) -> dict[str, Dataset]:
+    """Per model (`names`, default all), the inputs it is measured on (`model_dataset`), each
+    dataset opened once however many models share it."""
+    opened: dict[str, Dataset] = {}
+    out = {}
+    for name in config.models if names is None else names:
+        entry = config.models[name]
+        if entry.dataset not in opened:
+            opened[entry.dataset] = open_dataset(config.datasets[entry.dataset].to_spec())
+        out[name] = model_dataset(resolve_model(entry.source, **entry.options),
+                                  opened[entry.dataset])
+    return out
 
 
 def plan_digests(config: SweepConfig, datasets: dict[str, Dataset]) -> dict[str, tuple[str, ...]]:
     """Per model, the digest of every input it is measured on (`datasets`: model name -> its
-    measured inputs, as `sweep.runner.measured_datasets` opens them), as it is now."""
+    measured inputs, as `measured_datasets` opens them), as it is now."""
     out = {}
     done: dict[tuple[int, bool], tuple[str, ...]] = {}  # models sharing a dataset hash it once
     for name, dataset in datasets.items():

@@ -21,6 +21,7 @@ from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
 from sweep.plan import baseline_plan, model_config_inputs, with_defaults
+from sweep.token_fit import check_tokens_fit
 from workers.inputs import open_dataset
 from workers.inputs.images import ImageFolder
 from workers.models import resolve_model
@@ -121,8 +122,9 @@ def _refuse(store: StoreLike, problems: list[tuple[str, list[str]]]) -> None:
 
 def check_before_lock(config: SweepConfig) -> None:
     """Everything the config alone decides, before the lock file or a checkpoint is written:
-    models and their weights files, image headers, the store path, and every finished group
-    against the config (devices are checked by `sweep run` for local runs: `sweep.devices`)."""
+    models and their weights files, image headers, the store path, every finished group
+    against the config, and edited text inputs against their group's token length
+    (`sweep.token_fit`; devices are checked by `sweep run` for local runs: `sweep.devices`)."""
     check_models(config)
     check_inputs(config)
     if not check_store_path(config.store_ref):
@@ -142,6 +144,7 @@ def check_before_lock(config: SweepConfig) -> None:
         if lines:
             problems.append(("the baseline", [f"baseline.{x}" for x in lines]))
     _refuse(config.store, problems)
+    check_tokens_fit(config)
 
 
 def check_plan_fits_store(store: StoreLike, plan_inputs: dict[str, dict[str, Any]]) -> None:

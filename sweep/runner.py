@@ -30,9 +30,24 @@ from storage.store import (
 from sweep.bounded import check_attention_change, finish_drops, reextractions
 from sweep.config import SweepConfig
 from sweep.faults import EXIT_INTERRUPTED, TASK_FAILURE, classify
-from sweep.freshness import damaged_tasks, plan_digests, stale_extractions, with_digests
+from sweep.freshness import (
+    damaged_tasks,
+    measured_datasets,
+    plan_digests,
+    stale_extractions,
+    with_digests,
+)
 from sweep.interrupts import Interrupted, raise_if_interrupted
-from sweep.plan import ExtractTask, ModelFacts, NullTask, SweepPlan, Task, TestTask, build_plan
+from sweep.plan import (
+    ExtractTask,
+    ModelFacts,
+    NullTask,
+    SweepPlan,
+    Task,
+    TestTask,
+    build_plan,
+    check_plan_size,
+)
 from sweep.preflight import check_before_lock, check_plan_fits_store
 from workers.extraction import model_dataset
 from workers.inputs import Dataset, open_dataset
@@ -63,19 +78,6 @@ def _token_counts(name: str, layout: TokenLayout, dataset: Dataset, progress: bo
             counts.extend(layout.token_counts(items))
             bar.update(len(items))
     return counts
-
-
-def measured_datasets(config: SweepConfig) -> dict[str, Dataset]:
-    """Per model, the inputs it is measured on (`model_dataset`), each dataset opened once
-    however many models share it."""
-    opened: dict[str, Dataset] = {}
-    out = {}
-    for name, entry in config.models.items():
-        if entry.dataset not in opened:
-            opened[entry.dataset] = open_dataset(config.datasets[entry.dataset].to_spec())
-        out[name] = model_dataset(resolve_model(entry.source, **entry.options),
-                                  opened[entry.dataset])
-    return out
 
 
 def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
@@ -116,6 +118,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     """
     say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
     datasets = measured_datasets(config)
+    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
     facts = {name: gather_facts(config, name, progress=progress, dataset=datasets[name])
              for name in config.models}
     plan = with_digests(build_plan(config, facts), plan_digests(config, datasets))

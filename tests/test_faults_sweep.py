@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 import zarr
 
+import sweep.preflight
 import sweep.runner
 from storage.lock import StoreLock
 from storage.store import create_root, ensure_model, write_root_attrs
@@ -322,3 +323,43 @@ def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
     assert captured.err == ""  # no KeyError traceback
     assert main(["status", str(store), "--format", "json"]) == 4
     assert '"missing": true' in capsys.readouterr().out
+
+
+def test_a_text_edited_past_the_stores_token_length_is_refused_in_one_line(
+        tmp_path, capsys, monkeypatch):
+    """A line edited to need more tokens than its model's group holds (t_max) is refused before
+    the lock, exit 2, naming the model, the input, its tokens and t_max and saying what to do;
+    its extraction task says the same where the driver did not look; deleting the model's group
+    sizes it again (issue 22, item 9)."""
+    path = write_text_sweep(tmp_path)
+    store = tmp_path / "sweep.zarr"
+    assert run_sweep(load_config(path), InProcessExecutor(), progress=False).exit_code == 0
+    t_max = zarr.open_group(str(store / "rob"), mode="r").attrs["t_max"]
+    longer = " and then it went on and on about nothing in particular" * 2
+    write_text_sweep(tmp_path, lines=[LINES[0] + longer, LINES[1], LINES[2] + longer, *LINES[3:]])
+    before = tree_digest(store)
+    assert main(["run", str(path), "--no-progress"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    head = "sweep run: error: model 'rob' input 'line-1' (and 1 more input): "
+    assert line.startswith(head), line
+    tokens = int(line[len(head):].split(" tokens")[0])
+    assert tokens > t_max
+    fix = (f"more than the {t_max} (t_max) its group in store {store} was sized for when it was "
+           f"first planned; restore the input, or sweep into a new store, or delete the group "
+           f"'rob' from the store and rerun to size it again")
+    assert line.endswith(f"{tokens} tokens, {fix}")
+    assert tree_digest(store) == before  # refused before the lock: nothing written
+
+    monkeypatch.setattr(sweep.preflight, "check_tokens_fit", lambda config: None)
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.strip().splitlines()[-1] == f"sweep run: error: model 'rob' input 'line-1': " \
+                                            f"{tokens} tokens, {fix}"
+    monkeypatch.undo()
+
+    shutil.rmtree(store / "rob")
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 0
+    group = zarr.open_group(str(store / "rob"), mode="r")
+    n_tokens = group["n_tokens"][:]
+    assert int(n_tokens[0]) == tokens and group.attrs["t_max"] == n_tokens.max() > t_max

@@ -144,8 +144,10 @@ def test_config_lists_nulls_defaulting_to_all():
      "baseline.nulls: .*unknown null 'softmax-b3'; choose from all, uniform"),
     ("matched_nulls", {"nulls": ["gauss"]}, "matched_nulls.nulls: .*unknown null 'gauss'"),
     ("matched_nulls", {"chunk_trials": 1500}, "matched_nulls.chunk_trials: .*multiple of 1000"),
-    ("baseline", {"sizes": [2, 3], "trials": 10**12},
+    ("baseline", {"sizes": [2, 3], "trials": 10**8},
      "baseline: .*trial-chunk tasks .*raise chunk_trials to at least"),
+    ("baseline", {"sizes": [2, 3], "trials": 10**12},
+     "baseline.trials: .*trials; at most 100000000 "),
 ])
 def test_bad_null_config_is_one_line_naming_the_key(section, value, message):
     with pytest.raises(InputError, match=message) as error:

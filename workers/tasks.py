@@ -128,6 +128,19 @@ def run_prepare(task: PrepareTask) -> int:
     return 1
 
 
+def too_many_tokens(model: str, input_id: str, tokens: int, t_max: int, store: object,
+                    more: int = 0) -> InputError:
+    """The one line for an input that needs more tokens than its model's group was sized for
+    (`t_max`, fixed when the group was created): an input edited since, under the same id.
+    `more`: how many other inputs are too long as well."""
+    others = f" (and {more} more input{'s' if more > 1 else ''})" if more else ""
+    return InputError(
+        f"model {model!r} input {input_id!r}{others}: {tokens} tokens, more than the {t_max} "
+        f"(t_max) its group in store {store} was sized for when it was first planned; restore "
+        f"the input, or sweep into a new store, or delete the group {model!r} from the store "
+        f"and rerun to size it again")
+
+
 def run_extract(task: ExtractTask) -> int:
     """Extract the shard's inputs, write attention (every head the store keeps: one
     head-averaged map, or each head's), n_tokens, token kinds and input digests, then the marker
@@ -158,6 +171,9 @@ def run_extract(task: ExtractTask) -> int:
             row = first - task.start + offset
             per_head = out.by_head  # (layer, head, T, T)
             layers, heads, tokens = per_head.shape[0], per_head.shape[1], per_head.shape[-1]
+            if tokens > t_max and (layers, heads) == (n_layers, n_heads) \
+                    and out.input_id == ids[row]:
+                raise too_many_tokens(task.model, ids[row], tokens, t_max, task.store)
             if (layers, heads) != (n_layers, n_heads) or tokens > t_max \
                     or out.input_id != ids[row]:
                 raise ExtractionError(
