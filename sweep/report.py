@@ -283,8 +283,6 @@ def render_markdown(report: Report) -> str:
     out += _headline(report.summary)
     bootstrapped = report.ci_method == "bootstrap"
     out += markdown_section(report.controls, PAIRED if bootstrapped else NEWCOMBE)
-    if report.seeds is not None:
-        out += seeds_section(report.seeds)
     if report.nulls is not None:
         lift_ci = ("95% cluster bootstrap over inputs with the null's binomial uncertainty"
                    if bootstrapped else "95% Newcombe interval")
@@ -292,6 +290,8 @@ def render_markdown(report: Report) -> str:
                 "tested matrices; the null's rate, then the lift observed - null in percentage "
                 f"points, {lift_ci}):", ""]
         out += lift_lines(report.nulls)
+    if report.seeds is not None:
+        out += seeds_section(report.seeds)
     if report.intervals is not None:
         out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
                 "width ratio = bootstrap / Wilson width, design effect = bootstrap variance / "
