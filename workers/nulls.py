@@ -172,8 +172,8 @@ def get_null(name: str) -> NullModel:
     if name in NULLS:
         return NULLS[name]
     if is_per_model(name):
-        raise InputError(f"null {name!r} is per model: resolve it with the model's head "
-                         "dimension (resolve_nulls) first")
+        raise InputError(f"null {name!r} is per model (d = its head dimension): use it in "
+                         "matched_nulls, or give qk-d<d>")
     qk = _qk_null(name)
     if qk is None:
         raise _unknown(name, "")
