@@ -217,6 +217,9 @@ def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed
     return True
 
 
+CONTENT_PAIRS_NULL = "T x T, pairs of |C| full rows"  # how a content-pairs null is drawn
+
+
 def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
                          token_sets: Sequence[str], trials: int, seed: int, chunk_trials: int,
                          n_chunks: int, tol: float) -> bool:
@@ -224,6 +227,8 @@ def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
     created now. The model group must exist; its own fingerprint is not touched."""
     inputs = {"nulls": list(nulls), "token_sets": list(token_sets), "trials": trials,
               "seed": seed, "chunk_trials": chunk_trials, "tol": tol}
+    if "content-pairs" in token_sets:  # drawn as read since issue 20: older counts differ
+        inputs["content_pairs_null"] = CONTENT_PAIRS_NULL
     parent = root[model]
     if _reset_if_unfinished(parent, NULLS_GROUP):
         _check_fingerprint(location_of(root), f"the size-matched nulls of model {model!r}",

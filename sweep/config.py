@@ -37,7 +37,7 @@ from workers.equality import DEFAULT_TOL
 from workers.inputs import DatasetSpec, infer_kind
 from workers.models import check_heads, resolve_model
 from workers.models.token_layout import needs_preparation
-from workers.nulls import NULLS, check_sizes_fit, parse_nulls
+from workers.nulls import NULLS, check_sizes_fit, is_per_model, parse_nulls
 from workers.token_kinds import DEFAULT_TOKEN_SETS, TOKEN_SETS
 
 MAX_TRIAL_TASKS = 100_000  # trial-chunk tasks per baseline, and per model's matched nulls
@@ -205,6 +205,15 @@ class BaselineConfig(_Frozen):
 
     _chunk = field_validator("chunk_trials")(_whole_blocks)
     _trials = field_validator("trials")(_few_enough_trials)
+
+    @field_validator("nulls")
+    @classmethod
+    def _model_free(cls, nulls: tuple[str, ...]) -> tuple[str, ...]:
+        per_model = [name for name in nulls if is_per_model(name)]
+        if per_model:
+            raise ValueError(f"{per_model[0]!r} takes a model's head dimension: the config-size "
+                             "baseline has no model; use qk-d<d> (or put it in matched_nulls)")
+        return nulls
 
     @model_validator(mode="after")
     def _bounded(self) -> BaselineConfig:

@@ -27,6 +27,7 @@ from workers.baseline import BlockSpan, chunk_span
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec, resolve_model
 from workers.models.token_layout import needs_preparation
+from workers.nulls import resolve_nulls
 from workers.task_specs import (
     BaselineTask,
     ExtractTask,
@@ -50,13 +51,15 @@ class ModelFacts:
     t_max: int  # most real tokens of any input
     cube_sum: int  # sum over inputs of T^3 // 2: pair-elements of one layer's test
     n_heads: int = 1  # maps the store keeps per layer: 1 (head-averaged), or the model's heads
+    head_dim: int | None = None  # each head's query/key width (the `qk-head` null's d)
 
     @classmethod
     def from_counts(cls, input_ids: tuple[str, ...], n_layers: int,
-                    token_counts: list[int] | tuple[int, ...], n_heads: int = 1) -> ModelFacts:
+                    token_counts: list[int] | tuple[int, ...], n_heads: int = 1,
+                    head_dim: int | None = None) -> ModelFacts:
         """Facts from each input's real token count."""
         return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts),
-                   n_heads)
+                   n_heads, head_dim)
 
 
 class Fingerprinted:
@@ -138,6 +141,7 @@ class ModelPlan(Fingerprinted):
     n_heads: int = 1  # maps kept per layer: 1 (spec.heads mean), or the model's heads (each)
     attention: AttentionPolicy = AttentionPolicy()  # not a fingerprint input: results equal
     kept: frozenset[int] | None = None  # inputs whose attention stays (None: all)
+    head_dim: int | None = None  # each head's query/key width: not a fingerprint input
 
     @property
     def heads(self) -> list[str]:
@@ -248,6 +252,11 @@ class MatchedNullsPlan(Fingerprinted):
         return {"nulls": list(self.nulls), "trials": self.trials, "seed": self.seed,
                 "chunk_trials": self.chunk_trials, "tol": self.tol}
 
+    def model_nulls(self, model: ModelPlan) -> tuple[str, ...]:
+        """The nulls `model` gets: `qk-head[-b<beta>]` resolved to `qk-d<its head_dim>`
+        (`workers.nulls.resolve_nulls`), the names its store and report carry."""
+        return resolve_nulls(self.nulls, model.head_dim, model.name)
+
 
 @dataclass(frozen=True)
 class SweepPlan:
@@ -324,6 +333,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         n_heads=facts.n_heads,
         attention=policy,
         kept=None if policy.mode == "keep" else policy.kept(name, facts.input_ids),
+        head_dim=facts.head_dim,
     )
 
 
@@ -362,7 +372,7 @@ def _null_tasks(store: StoreRef, model: ModelPlan, plan: MatchedNullsPlan) -> li
     return [
         NullTask(null_key(model.name, null, chunk), store, model.name, null, null_index,
                  chunk, plan.chunk_blocks(chunk), model.token_sets, plan.seed, plan.tol)
-        for null_index, null in enumerate(plan.nulls)
+        for null_index, null in enumerate(plan.model_nulls(model))
         for chunk in range(plan.n_chunks)
     ]
 

@@ -96,15 +96,19 @@ def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
         dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
     stored = stored_model_attrs(config.store_ref, name)
     if stored is not None:
+        head_dim = stored.get("head_dim")  # absent: planned before head_dim, ask the layout
+        if head_dim is None:
+            head_dim = token_layout(spec, dataset).head_dim
         facts = ModelFacts(tuple(dataset.ids), stored["n_layers"], stored["t_max"],
-                           stored["cube_sum"], stored.get("n_heads", 1))  # 1: before heads
+                           stored["cube_sum"], stored.get("n_heads", 1),  # 1: before heads
+                           head_dim)
         say(f"planning {name}: {len(dataset)} inputs, T_max {facts.t_max}, {facts.n_layers} "
             "layers (from the store)", progress)
         return facts
     layout = token_layout(spec, dataset)
     counts = _token_counts(name, layout, dataset, progress)
     facts = ModelFacts.from_counts(tuple(dataset.ids), layout.n_layers, counts,
-                                   layout.n_heads if spec.heads == "each" else 1)
+                                   layout.n_heads if spec.heads == "each" else 1, layout.head_dim)
     tokens = f"{facts.t_max} tokens" if not layout.per_input else \
         f"{min(counts)}-{facts.t_max} tokens"
     say(f"planning {name}: {len(dataset)} inputs, {tokens}, {facts.n_layers} layers", progress)
@@ -138,6 +142,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
         )
         if root[model.name].attrs.get("attention") != model.attention.to_json():
             root[model.name].attrs["attention"] = model.attention.to_json()
+        if model.head_dim is not None and root[model.name].attrs.get("head_dim") is None:
+            root[model.name].attrs["head_dim"] = model.head_dim  # also on stores planned before
     if plan.baseline is not None:
         b = plan.baseline
         ensure_baseline(root, sizes=b.sizes, trials=b.trials, seed=b.seed,
@@ -146,7 +152,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     if plan.matched_nulls is not None:
         m = plan.matched_nulls
         for model in plan.models:
-            ensure_matched_nulls(root, model.name, nulls=m.nulls, token_sets=model.token_sets,
+            ensure_matched_nulls(root, model.name, nulls=m.model_nulls(model),
+                                 token_sets=model.token_sets,
                                  trials=m.trials, seed=m.seed, chunk_trials=m.chunk_trials,
                                  n_chunks=m.n_chunks, tol=m.tol)
     write_root_attrs(root, config.resolved())

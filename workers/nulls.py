@@ -10,6 +10,8 @@ registered by name in `NULLS`:
 - `qk-d<d>` and `qk-d<d>-b<beta>` (any d >= 1, beta > 0, default 1; built on demand, not part
   of `all`): rows softmax(beta * Q K^T / sqrt(d)) with Q, K (n, d) i.i.d. standard normal, the
   low-rank logits of one attention head with random queries and keys (rows are not independent).
+- `qk-head` and `qk-head-b<beta>` (size-matched nulls only): `qk-d<d>[-b<beta>]` with d the
+  model's own head dimension, resolved per model by `resolve_nulls` before anything is drawn.
 
 Seeds: a draw of matrices of size n in block k of a run comes from its own generator,
 `SeedSequence(seed, spawn_key=key)`, so counts never depend on how blocks are grouped into tasks.
@@ -81,6 +83,7 @@ def draw_qk(rng: np.random.Generator, b: int, n: int, d: int, beta: float) -> np
 
 
 QK_NAME = re.compile(r"qk-d([1-9][0-9]*)(?:-b([0-9]+(?:\.[0-9]+)?))?")
+QK_HEAD_NAME = re.compile(r"qk-head(-b[0-9]+(?:\.[0-9]+)?)?")
 
 
 def stable_int(text: str) -> int:
@@ -139,14 +142,38 @@ def _qk_null(name: str) -> NullModel | None:
 
 def _unknown(name: str, choices: str) -> InputError:
     return InputError(f"unknown null {name!r}; choose from {choices}{', '.join(NULLS)}, "
-                      "qk-d<d>, qk-d<d>-b<beta>")
+                      "qk-d<d>, qk-d<d>-b<beta>, qk-head, qk-head-b<beta>")
+
+
+def is_per_model(name: str) -> bool:
+    """Whether null `name` stands for a different null per model (`qk-head[-b<beta>]`)."""
+    return QK_HEAD_NAME.fullmatch(name) is not None
+
+
+def resolve_nulls(names: Iterable[str], head_dim: int | None, model: str) -> tuple[str, ...]:
+    """`names` with `qk-head[-b<beta>]` replaced by `qk-d<head_dim>[-b<beta>]` (the model's
+    own head dimension), repeats dropped, order kept; InputError (one line, naming `model`)
+    when one is asked for and `head_dim` is unknown."""
+    resolved: list[str] = []
+    for name in names:
+        match = QK_HEAD_NAME.fullmatch(name)
+        if match is not None:
+            if head_dim is None:
+                raise InputError(f"model {model!r}: null {name!r} needs the model's head "
+                                 "dimension, which its family does not give; use qk-d<d>")
+            name = f"qk-d{head_dim}{match.group(1) or ''}"
+        resolved.append(name)
+    return tuple(dict.fromkeys(resolved))
 
 
 def get_null(name: str) -> NullModel:
     """The registered null `name`, or the `qk-d<d>[-b<beta>]` null it names; InputError naming
-    the valid names otherwise."""
+    the valid names otherwise, and for an unresolved `qk-head` (`resolve_nulls`)."""
     if name in NULLS:
         return NULLS[name]
+    if is_per_model(name):
+        raise InputError(f"null {name!r} is per model (d = its head dimension): use it in "
+                         "matched_nulls, or give qk-d<d>")
     qk = _qk_null(name)
     if qk is None:
         raise _unknown(name, "")
@@ -165,7 +192,7 @@ def parse_nulls(items: str | Iterable[str]) -> tuple[str, ...]:
             name = name.strip()
             if name == "all":
                 names.extend(NULLS)
-            elif name not in NULLS and _qk_null(name) is None:
+            elif name not in NULLS and _qk_null(name) is None and not is_per_model(name):
                 raise _unknown(name, "all, ")
             else:
                 names.append(name)

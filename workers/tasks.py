@@ -307,8 +307,10 @@ def run_baseline(task: BaselineTask) -> int:
 def run_null(task: NullTask) -> int:
     """Draw the chunk's size-matched null trials for every token set of the model (sizes from
     its stored results), write the counts, then the marker."""
-    results = open_model(task.store, task.model)[RESULTS_GROUP]
-    histograms = size_histograms(results["n_kept"][...], results["status"][...])
+    group = open_model(task.store, task.model)
+    results = group[RESULTS_GROUP]
+    histograms = size_histograms(results["n_kept"][...], results["status"][...],
+                                 group["n_tokens"][...], task.token_sets)
     counts = [
         matched_holding(histogram, task.blocks.trials, task.blocks, model=task.model,
                         token_set=token_set, null=task.null, seed=task.seed, tol=task.tol)

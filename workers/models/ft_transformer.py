@@ -37,6 +37,7 @@ from workers.inputs import Dataset, Table
 from workers.models import ModelSpec
 from workers.models.ft_data import (
     STATS_PREFIX,
+    architecture,
     encode,
     fit_preprocessing,
     init_model,
@@ -90,10 +91,12 @@ def model_dataset(spec: ModelSpec, dataset: Dataset) -> Dataset:
 
 
 def token_layout(spec: ModelSpec, dataset: Dataset | None) -> TokenLayout:
-    """The measured blocks (`ft_options.measured_layers`), their HEADS heads and CLS + one token
-    per feature of the table: from the spec and the table alone, nothing trained."""
+    """The measured blocks (`ft_options.measured_layers`), their HEADS heads of width
+    d_block / HEADS (24 at the paper's 192) and CLS + one token per feature of the table: from
+    the spec and the table alone, nothing trained."""
     table = _table(spec, dataset)
-    return TokenLayout(measured_layers(spec.options), HEADS, tokens=len(table.feature_names) + 1)
+    return TokenLayout(measured_layers(spec.options), HEADS, tokens=len(table.feature_names) + 1,
+                       head_dim=int(architecture(spec.options)["d_block"]) // HEADS)
 
 
 def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,

@@ -348,8 +348,9 @@ def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
     shell.spec, shell.config = spec, _config(spec)
     shell._set_up_preprocessing()
     n_layers, n_heads = int(shell.config.num_hidden_layers), int(shell.config.num_attention_heads)
+    head_dim = config_head_dim(shell.config)
     if spec.modality == "text":
-        return TokenLayout(n_layers, n_heads, count=shell.token_counts)
+        return TokenLayout(n_layers, n_heads, count=shell.token_counts, head_dim=head_dim)
     shapes = {tuple(shell._pixels([Image.new("RGB", size)]).shape[-2:]) for size in PROBE_SIZES}
     if len(shapes) != 1:
         raise InputError(
@@ -358,4 +359,14 @@ def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
         )
     height, width = shapes.pop()
     return TokenLayout(n_layers, n_heads,
-                       tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))))
+                       tokens=len(shell._image_kinds(torch.empty(1, 3, height, width))),
+                       head_dim=head_dim)
+
+
+def config_head_dim(config: Any) -> int:
+    """Each attention head's query/key width: the config's `head_dim` where it sets one, else
+    hidden size / heads (BERT, RoBERTa, ViT, DINOv2: 384 / 12 = 32 for all-MiniLM-L6-v2)."""
+    explicit = getattr(config, "head_dim", None)
+    if explicit:
+        return int(explicit)
+    return int(config.hidden_size) // int(config.num_attention_heads)

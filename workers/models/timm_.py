@@ -129,10 +129,12 @@ def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torc
 
 
 def token_layout(spec: ModelSpec, dataset: Any) -> TokenLayout:
-    """Blocks, heads and tokens of `spec`: the architecture built on torch's `meta` device (no
-    memory, no initialisation, no weights), since timm derives the patch grid and prefix tokens
-    from its entrypoint's arguments and exposes them nowhere else."""
+    """Blocks, heads, head width and tokens of `spec`: the architecture built on torch's `meta`
+    device (no memory, no initialisation, no weights), since timm derives the patch grid and
+    prefix tokens from its entrypoint's arguments and exposes them nowhere else."""
     with torch.device("meta"):
         model = build_model(replace(spec, pretrained=False, weights=None))
-    return TokenLayout(len(model.blocks), int(model.blocks[0].attn.num_heads),
-                       tokens=len(prefix_kinds(model)) + int(model.patch_embed.num_patches))
+    attn = model.blocks[0].attn
+    return TokenLayout(len(model.blocks), int(attn.num_heads),
+                       tokens=len(prefix_kinds(model)) + int(model.patch_embed.num_patches),
+                       head_dim=int(attn.head_dim))

@@ -15,7 +15,8 @@ for images and tables, one tokenizer pass (no model) for text. Each family's mod
   the measured blocks are the layers. Nothing trained.
 
 Every layout also gives the heads of each layer (`n_heads`): the store keeps that many maps per
-layer for a model whose `heads` option is `each`.
+layer for a model whose `heads` option is `each`; and each head's query/key dimension
+(`head_dim`, from the same config objects): the size-matched `qk-head` null's d.
 
 `needs_preparation(spec)` says whether a model has work to do before extraction (training).
 """
@@ -38,6 +39,7 @@ class TokenLayout:
     n_heads: int  # attention heads of each layer (the model's, whatever its `heads` option)
     tokens: int | None = None  # every input's T, when it does not depend on the input
     count: Callable[[Sequence[Any]], list[int]] | None = None  # per input T (text)
+    head_dim: int | None = None  # each head's query/key width (None: the family does not say)
 
     @property
     def per_input(self) -> bool:
