@@ -253,3 +253,18 @@ def hand_store(path: Path) -> Path:
         disagreements=np.array([[0, 1, -1], [0, -1, -1]]),
     )
     return write_store(path, {"alpha": alpha, "beta": beta}, baseline)
+
+
+def stored_arrays(store) -> dict[str, np.ndarray]:
+    """Every array of a sweep store (model groups and baseline), by path, wherever it lives
+    (a folder, a URL or a `StoreRef` with its options)."""
+    from storage.location import locate
+
+    root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r")
+    out = {}
+    for group in [*root.attrs["models"], "baseline"]:
+        for path, array in root[group].members(max_depth=None):
+            if isinstance(array, zarr.Array):
+                out[f"{group}/{path}"] = array[:]
+    return out
+

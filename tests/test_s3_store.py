@@ -17,13 +17,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import xarray as xr
-import zarr
 
 from storage.lease import LEASES, Lease, StoreBusyError
 from storage.location import StoreRef, locate
 from sweep.config import load_config
 from sweep.runner import InProcessExecutor, run_sweep
 from tests.s3_fixtures import CREDENTIALS, ENDPOINT, filesystem
+from tests.store_fixtures import stored_arrays
 
 pytestmark = pytest.mark.s3
 REPO = Path(__file__).parents[1]
@@ -50,17 +50,6 @@ def write_config(folder: Path, store: str, options: dict | None = None) -> Path:
     path = folder / "sweep.yaml"
     path.write_text(CONFIG.format(store=store, options=options or {}))
     return path
-
-
-def stored_arrays(store: StoreRef | str) -> dict[str, np.ndarray]:
-    """Every array of a sweep store, by path, wherever it lives."""
-    root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r")
-    out = {}
-    for model in [*root.attrs["models"], "baseline"]:
-        for path, array in root[model].members(max_depth=None):
-            if isinstance(array, zarr.Array):
-                out[f"{model}/{path}"] = array[:]
-    return out
 
 
 def assert_same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:

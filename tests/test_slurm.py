@@ -16,15 +16,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import zarr
 from distributed import as_completed, get_worker
 
 from storage.errors import InputError
-from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR
+from storage.layout import BOOKKEEPING_DIR
 from sweep.cluster import ClusterConfig, open_client
 from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
+from tests.store_fixtures import stored_arrays
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,17 +153,6 @@ def sweep_config(folder: Path):
     return load_config(folder / "sweep.yaml")
 
 
-def stored_arrays(store: Path) -> dict[str, np.ndarray]:
-    """Every array of a sweep store (model groups and baseline), by path."""
-    root = zarr.open_group(str(store), mode="r")
-    out = {}
-    for group in [*root.attrs["models"], BASELINE_GROUP]:
-        for path, array in root[group].members(max_depth=None):
-            if isinstance(array, zarr.Array):
-                out[f"{group}/{path}"] = array[:]
-    return out
-
-
 class Preempter(threading.Thread):
     """Cancels the running job of `pool` as soon as the first `stage` task of the sweep is
     done, and records how many such tasks were done at that moment."""
@@ -247,7 +236,6 @@ def test_a_slurm_sweep_on_s3_writes_nothing_outside_the_store_and_the_workers_sc
     the driver): after the sweep those hold nothing, the driver's folder holds only its config,
     and the store on S3 equals an in-process run's store on a local path."""
     from tests.s3_fixtures import ENDPOINT
-    from tests.test_s3_store import stored_arrays as s3_arrays
 
     assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
     text = S3_SWEEP.format(root=s3_bucket, endpoint=ENDPOINT)
@@ -276,7 +264,7 @@ def test_a_slurm_sweep_on_s3_writes_nothing_outside_the_store_and_the_workers_sc
     assert summary.exit_code == 0 and not summary.failed, summary.lines()
     assert files_under(home) == [] and files_under(workdir) == []
     assert files_under(driver) == ["sweep.yaml"]
-    expected, got = stored_arrays(reference.store), s3_arrays(config.store_ref)
+    expected, got = stored_arrays(reference.store), stored_arrays(config.store_ref)
     assert sorted(got) == sorted(expected)
     for key in expected:
         np.testing.assert_array_equal(got[key], expected[key], err_msg=key, strict=True)

@@ -18,6 +18,7 @@ from sweep.cli import main
 from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
+from tests.store_fixtures import stored_arrays as arrays
 from workers.baseline import baseline_blocks, holding_in_blocks
 from workers.equality import check, restrict, rollout, validate_stochastic
 from workers.nulls import NULLS
@@ -48,17 +49,6 @@ def write_config(folder: Path, models=("vit", "ft"), extra: str = "",
     path = folder / "sweep.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def arrays(store: Path) -> dict[str, np.ndarray]:
-    """Every array of the store, by path."""
-    root = zarr.open_group(str(store), mode="r")
-    out = {}
-    for model in [*root.attrs["models"], "baseline"]:
-        for path, array in root[model].members(max_depth=None):
-            if isinstance(array, zarr.Array):
-                out[f"{model}/{path}"] = array[:]
-    return out
 
 
 def assert_same_arrays(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
