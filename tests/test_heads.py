@@ -266,7 +266,10 @@ def test_sweep_plan_shows_the_heads_each_model_keeps(tmp_path, capsys):
     assert main(["plan", str(config)]) == 0
     lines = capsys.readouterr().out.splitlines()
     header = next(line.split() for line in lines if line.startswith("model "))
-    rows = {line.split()[0]: line.split() for line in lines if line.split()[:1] in (["avg"],
-                                                                                   ["each"])}
+    table = lines[lines.index(next(line for line in lines if line.startswith("model "))):]
+    rows = {}
+    for line in table:  # the table's own rows (the attention section below names them again)
+        if line.split()[:1] in (["avg"], ["each"]):
+            rows.setdefault(line.split()[0], line.split())
     column = header.index("heads")
     assert rows["avg"][column] == "1" and rows["each"][column] == "4"

@@ -16,7 +16,8 @@ from pathlib import Path
 import numba
 
 NUMBA_MODULES = (
-    "center_bound.py", "kernel.py", "pruned.py", "readings.py", "restrict_kernel.py",
+    "center_bound.py", "kernel.py", "pruned.py", "radius.py", "readings.py",
+    "restrict_kernel.py",
 )
 """The modules whose numba functions are cached on disk (`cache=True`); they call one another."""
 
