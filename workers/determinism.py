@@ -41,7 +41,8 @@ def fixed_torch(threads: int = TORCH_THREADS, *, deterministic: bool = False) ->
         elif threads != _held:
             raise ValueError(f"torch threads: {threads} asked while this process runs with "
                              f"{_held}")
-        torch.set_num_threads(threads)  # this thread's count (and the process's default)
+        if torch.get_num_threads() != threads:  # setting it also clears oneDNN's caches
+            torch.set_num_threads(threads)  # this thread's count (and the process's default)
         if deterministic and not torch.are_deterministic_algorithms_enabled():
             torch.use_deterministic_algorithms(True, warn_only=True)
         _users += 1
@@ -52,5 +53,6 @@ def fixed_torch(threads: int = TORCH_THREADS, *, deterministic: bool = False) ->
             _users -= 1
             if _users == 0 and _saved is not None:
                 count, enabled, warn_only = _saved
-                torch.set_num_threads(count)
+                if torch.get_num_threads() != count:
+                    torch.set_num_threads(count)
                 torch.use_deterministic_algorithms(enabled, warn_only=warn_only)
