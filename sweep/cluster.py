@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from typing import Any, TextIO
@@ -25,6 +26,7 @@ from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
 from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
 from sweep.clusters.slurm import job_scripts, start_slurm
+from sweep.quiet_logs import quiet_shutdown, restored_log_levels
 
 __all__ = [
     "ClusterConfig",
@@ -47,16 +49,21 @@ def _dask_settings(cfg: ClusterConfig) -> dict[str, Any]:
 def open_client(cfg: ClusterConfig, *, out: TextIO | None = None) -> Iterator[Client]:
     """Start (or reach) the cluster `cfg` describes and yield a Client; close both on exit.
 
-    Prints one line with the dashboard address to `out` (default stderr).
+    Prints one line with the dashboard address to `out` (default stderr). Closing silences
+    Dask's loggers in this process until both are closed (`sweep.quiet_logs`).
     """
     out = out if out is not None else sys.stderr
     with ExitStack() as stack:
+        stack.enter_context(restored_log_levels())
         stack.enter_context(dask.config.set(_dask_settings(cfg)))
         if cfg.kind == "address":
             client = stack.enter_context(_address_client(cfg))
         else:
-            cluster = stack.enter_context(_start_cluster(cfg))
+            with warnings.catch_warnings():  # another cluster on 8787: the line below says where
+                warnings.filterwarnings("ignore", message="Port .* is already in use")
+                cluster = stack.enter_context(_start_cluster(cfg))
             client = stack.enter_context(Client(cluster))
+        stack.callback(quiet_shutdown)  # first on the way out: closing logs are no fault
         link = client.dashboard_link or "unavailable (install bokeh>=3.1 to serve it)"
         print(f"sweep: {cfg.kind} cluster, dashboard {link}", file=out)
         yield client

@@ -14,52 +14,17 @@ load models once through `workers.tasks`' per-process cache.
 
 from __future__ import annotations
 
-import logging
 import sys
 from collections import deque
 
-from distributed import Client, Future, WorkerPlugin, as_completed
+from distributed import Client, Future, as_completed
 from tqdm import tqdm
 
 from sweep.interrupts import raise_if_interrupted
 from sweep.plan import ExtractTask, SweepPlan, Task, test_key
+from sweep.quiet_logs import QuietTaskFailures, drop_compute_failed, quiet_shutdown
 from sweep.runner import failure_text
 from workers.tasks import run_task
-
-QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
-
-
-def quiet_shutdown() -> None:
-    """Silence distributed's loggers: after Ctrl-C, the cluster's closing logs cancelled tasks
-    and broken heartbeats (with tracebacks) that are no fault; the summary line says it all."""
-    names = [n for n in logging.root.manager.loggerDict if n.split(".")[0] in QUIET_LOGGERS]
-    for name in [*QUIET_LOGGERS, *names]:
-        logging.getLogger(name).setLevel(logging.CRITICAL + 1)
-
-
-class DropComputeFailed(logging.Filter):
-    """Drops distributed's "Compute Failed" record (the task, its exception and traceback): the
-    driver writes them to the task's failed marker (`sweep status` shows them) and ends the run
-    with one line, so they never reach the terminal."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Compute Failed")
-
-
-def drop_compute_failed() -> None:
-    """Install `DropComputeFailed` on the worker logger of this process, once."""
-    logger = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, DropComputeFailed) for f in logger.filters):
-        logger.addFilter(DropComputeFailed())
-
-
-class QuietTaskFailures(WorkerPlugin):
-    """Installs `DropComputeFailed` in every worker's process (local, SLURM, Kubernetes)."""
-
-    name = "sweep-quiet-task-failures"
-
-    def setup(self, worker: object) -> None:
-        drop_compute_failed()
 
 
 def _run(task: Task, *after: object) -> int:
@@ -157,7 +122,7 @@ class DaskExecutor:
         submitter = Submitter(self.client, plan, tasks, retries, window)
         try:
             return self._collect(plan, tasks, submitter, progress)
-        except KeyboardInterrupt:
+        except KeyboardInterrupt:  # cancelled tasks and broken heartbeats follow: no fault
             quiet_shutdown()
             raise
 

@@ -18,6 +18,7 @@ from typing import Protocol
 from tqdm import tqdm
 
 from storage import markers
+from storage.device_pin import forget_device
 from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
     create_root,
@@ -132,14 +133,15 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
     root = create_root(config.store_ref)
     for model in plan.models:
-        ensure_model(
+        if ensure_model(
             root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,
             t_max=model.t_max, shard_size=model.shard_size, token_sets=model.token_sets,
             attrs={"source": model.spec.name, "dataset": model.dataset_name,
                    "model_spec": model.spec.to_dict(), "dataset_spec": model.dataset.to_dict(),
                    "cube_sum": model.cube_sum},
             fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
-        )
+        ):
+            forget_device(config.store_ref, model.name)  # a pin left by a deleted group
         if root[model.name].attrs.get("attention") != model.attention.to_json():
             root[model.name].attrs["attention"] = model.attention.to_json()
         if model.head_dim is not None and root[model.name].attrs.get("head_dim") is None:

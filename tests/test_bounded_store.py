@@ -5,6 +5,7 @@ change stays exact; a refused change writes nothing; drop works on a real S3 ser
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -302,6 +303,11 @@ def test_status_says_how_many_inputs_still_have_attention(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "attention rob: 2 of 6 inputs still have their attention (attention: sample 2 " \
            "(seed 0))" in out
+    assert main(["status", str(tmp_path / "sweep.zarr"), "--format", "json"]) == 0
+    stages = {(s["scope"], s["stage"]): s for s in json.loads(capsys.readouterr().out)}
+    assert stages["rob", "extract"]["attention_held"] == 2
+    assert stages["rob", "extract"]["attention_policy"] == "sample 2 (seed 0)"
+    assert "attention_held" not in stages["rob", "test"]
 
 
 @pytest.mark.s3

@@ -109,3 +109,28 @@ def test_the_study_sweep_fits_at_its_datasets_full_sizes():
     tasks = check_plan_size(config, {name: full[entry.dataset]
                                      for name, entry in config.models.items()})
     assert tasks < MAX_PLAN_TASKS / 5
+
+
+def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
+        tmp_path, monkeypatch, capsys):
+    """`sweep plan` counts tasks from the datasets' lengths, as `sweep run` does, before it
+    tokenizes 100,002 lines to size each model."""
+    import sweep.commands.plan
+    from sweep.cli import main
+
+    n = MAX_PLAN_TASKS // 4 + 1
+    (tmp_path / "lines.txt").write_text("".join(f"line {i}\n" for i in range(n)))
+    path = tmp_path / "sweep.yaml"
+    path.write_text("store: s.zarr\nshard_size: 1\nmatched_nulls: null\n"
+                    "datasets:\n  lines: {path: lines.txt, kind: text}\n"
+                    "models:\n  a: {source: tiny-roberta, dataset: lines}\n"
+                    "  b: {source: tiny-roberta, dataset: lines}\n")
+
+    def tokenize(*args, **kwargs):
+        raise AssertionError("tokenized before the size check")
+
+    monkeypatch.setattr(sweep.commands.plan, "gather_facts", tokenize)
+    assert main(["plan", str(path)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and f"the sweep plans {4 * n} tasks" in err[0], err
+    assert not (tmp_path / "s.zarr").exists()

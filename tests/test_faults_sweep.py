@@ -299,6 +299,31 @@ def test_a_resume_with_another_batch_size_device_or_dtype_is_refused_by_name(
     assert tree_digest(folder) == before
 
 
+def test_shards_extracted_on_another_device_kind_are_refused_and_a_new_group_repins(
+        tmp_path, reference, capsys):
+    """`device: auto` is in the fingerprint as written, so the kind it resolved to is pinned by
+    a model's first shard: a resume whose workers resolve it to another kind (here: the store
+    says its shards came from a GPU, this machine has none) is refused in one line, exit 3,
+    before anything is rewritten; a group created anew pins again."""
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    pin = store / ".sweep" / "device" / "rob"
+    assert pin.read_text() == "cpu\n"  # pinned by the reference run
+    pin.write_text("cuda\n")  # as if its shards had been extracted on a GPU
+    (store / ".sweep" / "markers" / "rob" / "extract-00001.done").unlink()  # to redo
+    kept = {name: (store / "rob" / name).read_bytes() for name in ("zarr.json",)}
+    assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 3
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "model 'rob': its stored shards were extracted on cuda, but device: auto resolves " \
+           "to cpu" in line, line
+    assert {name: (store / "rob" / name).read_bytes() for name in kept} == kept
+    assert pin.read_text() == "cuda\n"
+    shutil.rmtree(store / "rob")  # deleting the group re-plans it: its old pin goes with it
+    assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 0
+    assert pin.read_text() == "cpu\n"
+    assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
+
+
 def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
         tmp_path, reference, capsys):
     """What `sweep run` would find at start-up, `sweep status` finds without --verify: a deleted,

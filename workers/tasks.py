@@ -16,6 +16,7 @@ import numpy as np
 import zarr
 
 from storage.attention import clear_dropped, drop_attention
+from storage.device_pin import pin_device
 from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files, written_by
@@ -157,6 +158,7 @@ def run_extract(task: ExtractTask) -> int:
             f"store's (the dataset changed); restore it or use a new store"
         )
     extractor, in_use = cached_extractor(task)
+    pin_device(task.store, task.model, extractor.device.type, task.device)
     n = task.stop - task.start
     n_tokens = np.zeros(n, dtype=np.int32)  # (input,)
     token_kind = np.full((n, t_max), TokenKind.PAD, dtype=np.int8)  # (input, token)

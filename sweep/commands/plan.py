@@ -18,7 +18,8 @@ from storage.location import locate
 from sweep.balance import balance_lines, cluster_pools
 from sweep.cluster import check_store_fits_cluster, describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
-from sweep.plan import ModelFacts, SweepPlan, build_plan
+from sweep.freshness import measured_datasets
+from sweep.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
 from sweep.runner import error_line, gather_facts
 
 
@@ -41,6 +42,17 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
+
+
+def check_size_early(config: SweepConfig) -> None:
+    """Refuse a sweep of more tasks than one plans (`check_plan_size`) from its datasets'
+    lengths, before any input is tokenized; skipped when a dataset cannot be opened here (the
+    plan names that model, and `build_plan` checks the size of the rest)."""
+    try:
+        datasets = measured_datasets(config)
+    except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
+        return
+    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
 
 
 def collect_facts(config: SweepConfig, *, progress: bool = False
@@ -150,6 +162,7 @@ def plan(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     print("resolved config:")
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
+    check_size_early(config)
     facts, problems = collect_facts(config, progress=True)
     sweep_plan = build_plan(config, facts)
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)

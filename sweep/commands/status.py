@@ -6,6 +6,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from storage.attention import EXTRACT_STAGE
 from storage.integrity import variable_of
 from storage.status import attention_held, store_status
 from sweep.commands.store_args import add_store_argument, store_ref
@@ -30,7 +31,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def status(args: argparse.Namespace) -> int:
     stages = store_status(store_ref(args), verify=args.verify)
     if args.format == "json":
-        print(json.dumps([asdict(s) | {"total": s.total} for s in stages], indent=1))
+        held = {h.model: {"attention_held": h.held, "attention_policy": h.policy}
+                for h in attention_held(store_ref(args))}
+        print(json.dumps([asdict(s) | {"total": s.total}
+                          | (held.get(s.scope, {}) if s.stage == EXTRACT_STAGE else {})
+                          for s in stages], indent=1))
     else:
         print(f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}")
         for s in stages:
