@@ -8,14 +8,16 @@ Each finding is a record {model, token_set, kind, estimate, ci_low, ci_high, tex
   the mean difference over seeds, its between-seed t interval): *tighter* when the interval lies
   above 0, *looser* when below 0, *indistinguishable* when it includes 0 (or touches it).
 - `failures_by_layer` (per-layer table; layers counted from 0, as the report counts them): the
-  failures (pairs with a verdict that do not hold) of each layer, and the share of them in the
-  layer with the most (95% Wilson interval). Failures *concentrate* in that layer only when the
-  interval's lower end is above the layer's share of the tested pairs (its share if failures
-  fell evenly); otherwise no layer is singled out. Groups with one layer or no failure: counts
-  only.
+  failures (pairs with a verdict that do not hold) of each layer, and each layer's share of them
+  with a Wilson interval at the Bonferroni level for L layers (the L intervals hold together at
+  95%). Failures *concentrate* in every layer whose interval's lower end is above its share of
+  the tested pairs (its share if failures fell evenly); otherwise no layer is singled out, and
+  the layer with the most is shown. The failing cells of one input count as independent draws
+  (the table holds counts, not inputs). Groups with one layer or no failure: none.
 - `per_head_vs_head_mean` (a model that kept every head beside the same model head-averaged, on
-  the same inputs): the per-head rate minus the head-mean rate, Newcombe's interval from the two
-  Wilson intervals, with both rates in the text.
+  the same inputs): the per-head rate minus the head-mean rate, with both rates in the text; its
+  interval is the paired bootstrap over the shared inputs (`--ci bootstrap`, like trained -
+  control) or Newcombe's from the two Wilson intervals (`--ci wilson`).
 
 Pure: tables in, records out (`sweep.report` passes its tables and `head_pairs`).
 """
@@ -25,6 +27,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
+from statistics import NormalDist
 
 import pandas as pd
 import xarray as xr
@@ -82,14 +85,22 @@ def seed_findings(seeds: pd.DataFrame | None) -> list[dict]:
         return []
     return [compare(r["model"], r["token_set"], "seeds_vs_control", r["difference_mean"],
                     r["difference_ci_low"], r["difference_ci_high"],
-                    "its controls across seeds", f" (mean over {r['n_seeds']} seeds)",
+                    "its controls across seeds",
+                    f" (mean over {sum(d is not None for d in r['differences'] or [])} seeds)",
                     ci_method="t-over-seeds")
             for r in seeds.to_dict("records")]
 
 
+def simultaneous_z(groups: int, level: float = 0.95) -> float:
+    """The normal quantile that makes `groups` intervals hold together at `level` (Bonferroni:
+    each at 1 - (1 - level) / groups, two-sided)."""
+    return NormalDist().inv_cdf(1 - (1 - level) / (2 * groups))
+
+
 def depth_findings(rates: pd.DataFrame) -> list[dict]:
     """`failures_by_layer` per model and token set from the per-layer table (model, layer,
-    token_set, inputs, holding)."""
+    token_set, inputs, holding): every layer whose share of the failures has a simultaneous
+    95% Wilson interval above its share of the tested pairs concentrates them."""
     out = []
     for (model, token_set), group in rates.groupby(["model", "token_set"], sort=False):
         group = group.sort_values("layer")
@@ -101,26 +112,37 @@ def depth_findings(rates: pd.DataFrame) -> list[dict]:
                                                                       strict=True))
         if total == 0 or len(layers) < 2:
             continue
+        z = simultaneous_z(len(layers))
+        intervals = [wilson_interval(f, total, z) for f in failures]
+        evens = [n / sum(tested) for n in tested]
+        above = [i for i in range(len(layers)) if intervals[i][0] > evens[i]]
         top = max(range(len(layers)), key=lambda i: failures[i])  # the first of equal counts
-        share = failures[top] / total
-        low, high = wilson_interval(failures[top], total)
-        even = tested[top] / sum(tested)
-        where = (f"they concentrate in layer {layers[top]}: {failures[top]} of {total} "
-                 f"({_percent(share)} [{_percent(low)}, {_percent(high)}]), above its "
-                 f"{_percent(even)} share of the tested pairs" if low > even else
-                 f"no layer is singled out: the most, layer {layers[top]}, holds {failures[top]} "
-                 f"of {total} ({_percent(share)} [{_percent(low)}, {_percent(high)}]), "
-                 f"against its {_percent(even)} share of the tested pairs")
+        shares = [_share(f, total, interval) for f, interval in zip(failures, intervals,
+                                                                     strict=True)]
+        if above:
+            where = "they concentrate in " + "; and in ".join(
+                f"layer {layers[i]}: {shares[i]}, above its {_percent(evens[i])} share of the "
+                f"tested pairs" for i in above)
+        else:
+            where = (f"no layer is singled out: the most, layer {layers[top]}, holds "
+                     f"{shares[top]}, against its {_percent(evens[top])} share of the tested "
+                     f"pairs")
+        first = above[0] if above else top
         out.append({"model": model, "token_set": token_set, "kind": "failures_by_layer",
-                    "estimate": share, "ci_low": low, "ci_high": high, "ci_method": "wilson",
+                    "estimate": failures[first] / total, "ci_low": intervals[first][0],
+                    "ci_high": intervals[first][1], "ci_method": "wilson-bonferroni",
                     "text": f"{model} ({token_set}): failures by layer (from 0) {counts}; "
                             f"{where}"})
     return out
 
 
-def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]]) -> list[dict]:
+def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]],
+                  intervals: dict[tuple[str, str, str], tuple[float, float]] | None = None,
+                  ci_method: str = "bootstrap") -> list[dict]:
     """`per_head_vs_head_mean` for each (head-mean model, per-head model) pair, per token set,
-    from the headline table (model, token_set, holding, inputs, rate, ci_low, ci_high)."""
+    from the headline table (model, token_set, holding, inputs, rate, ci_low, ci_high): the
+    difference's interval from `intervals` ((per-head, head-mean, token set) -> ends, made by
+    `ci_method`) where given, else Newcombe's from the table's two Wilson intervals."""
     pairs = list(pairs)
     if not pairs:
         return []
@@ -131,28 +153,39 @@ def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]]) -> li
             each, mean = by_key.get((each_model, token_set)), by_key.get((mean_model, token_set))
             if mean is None or not (each["inputs"] and mean["inputs"]):
                 continue
-            low, high = newcombe_interval(each["rate"], (each["ci_low"], each["ci_high"]),
-                                          mean["rate"], (mean["ci_low"], mean["ci_high"]))
+            if intervals is None:
+                method = "newcombe"
+                low, high = newcombe_interval(each["rate"], (each["ci_low"], each["ci_high"]),
+                                              mean["rate"], (mean["ci_low"], mean["ci_high"]))
+            else:
+                method = ci_method
+                low, high = intervals.get((each_model, mean_model, token_set),
+                                          (math.nan, math.nan))
             note = (f" (per head {_percent(each['rate'])}, {each['holding']}/{each['inputs']} "
                     f"input-layer-head cells; head mean {_percent(mean['rate'])}, "
                     f"{mean['holding']}/{mean['inputs']} input-layer pairs)")
             out.append(compare(each_model, token_set, "per_head_vs_head_mean",
                                each["rate"] - mean["rate"], low, high,
                                f"the head-mean rate of {mean_model}", note,
-                               ci_method="newcombe"))
+                               ci_method=method))
     return out
 
 
 def build_findings(summary: pd.DataFrame, rates: pd.DataFrame, controls: pd.DataFrame,
                    nulls: pd.DataFrame | None = None, seeds: pd.DataFrame | None = None,
                    head_pairs: Sequence[tuple[str, str]] = (),
-                   ci_method: str = "wilson") -> pd.DataFrame:
+                   ci_method: str = "wilson",
+                   head_intervals: dict[tuple[str, str, str], tuple[float, float]] | None = None,
+                   ) -> pd.DataFrame:
     """Every finding the report's tables support, as a table of `COLUMNS`: per model, its
     controls, nulls, seeds, depth and heads findings, in that order. `ci_method`: what made the
-    controls' and nulls' intervals (the report's); each record names its own."""
+    controls', nulls' and `head_intervals`' intervals (the report's; without `head_intervals`
+    the heads' come from Newcombe on the summary's Wilson intervals); each record names its
+    own."""
     records = [r for r in (*control_findings(controls, ci_method), *seed_findings(seeds),
                            *null_findings(nulls, ci_method), *depth_findings(rates),
-                           *head_findings(summary, head_pairs)) if r is not None]
+                           *head_findings(summary, head_pairs, head_intervals, ci_method))
+               if r is not None]
     order = {name: i for i, name in enumerate(dict.fromkeys(summary["model"]))}
     for name, i in list(order.items()):  # a replicated model: after its replicates' findings
         base = name.split("@seed")[0]
@@ -181,12 +214,18 @@ def markdown_section(findings: pd.DataFrame) -> list[str]:
     out = ["## Findings", "",
            "Computed from the intervals above (sweep.findings): tighter / looser only where the "
            "95% interval excludes 0, indistinguishable where it includes 0; failures by layer in "
-           "counts (layers from 0), said to concentrate only where the share's interval lies "
-           "above the layer's share of the tested pairs.", ""]
+           "counts (layers from 0), said to concentrate only where the share's interval "
+           "(simultaneous over the layers) lies above the layer's share of the tested pairs.",
+           ""]
     if findings.empty:
         return [*out, "(no findings: no controls, nulls, seeds, multi-layer failures or kept "
                 "heads in this store)", ""]
     return [*out, *(f"- {text}" for text in findings["text"]), ""]
+
+
+def _share(failures: int, total: int, interval: tuple[float, float]) -> str:
+    return (f"{failures} of {total} ({_percent(failures / total)} "
+            f"[{_percent(interval[0])}, {_percent(interval[1])}])")
 
 
 def _percent(value: float) -> str:

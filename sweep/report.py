@@ -42,6 +42,7 @@ from sweep.report_intervals import (
     CI_METHODS,
     Bootstrap,
     bootstrap_controls,
+    bootstrap_head_differences,
     bootstrap_lifts,
     bootstrap_summary,
     interval_table,
@@ -97,6 +98,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
     if ci not in CI_METHODS:
         raise InputError(f"--ci {ci!r}: choose one of {', '.join(CI_METHODS)}")
     report = _build_wilson(tree, store, tol)
+    pairs, head_intervals = findings_rules.head_pairs(tree), None
     if ci != "wilson":
         how = bootstrap or Bootstrap()
         counts = per_input_counts(tree, report.tol)
@@ -107,9 +109,10 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
             nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, counts, how),
             intervals=label_readings(interval_table(report.summary, counts, how)),
         )
+        head_intervals = bootstrap_head_differences(pairs, counts, how)
     findings = findings_rules.build_findings(  # from the intervals the report prints
         report.summary, report.rates, report.controls, report.nulls, report.seeds,
-        findings_rules.head_pairs(tree), ci_method=report.ci_method)
+        pairs, ci_method=report.ci_method, head_intervals=head_intervals)
     return replace(report, findings=findings)
 
 

@@ -91,6 +91,23 @@ def bootstrap_controls(controls: pd.DataFrame, counts: dict, how: Bootstrap) -> 
     return table
 
 
+def bootstrap_head_differences(pairs: list[tuple[str, str]], counts: dict, how: Bootstrap
+                               ) -> dict[tuple[str, str, str], tuple[float, float]]:
+    """(per-head model, head-mean model, token set) -> the paired bootstrap interval of the
+    per-head rate minus the head-mean rate over the inputs both hold (`findings.head_pairs`)."""
+    out = {}
+    for mean_model, each_model in pairs:
+        for (model, token_set), each in counts.items():
+            mean = counts.get((mean_model, token_set))
+            if model != each_model or mean is None:
+                continue
+            shared, a, b = np.intersect1d(each[0], mean[0], return_indices=True)
+            out[(each_model, mean_model, token_set)] = paired_difference_interval(
+                each[1][a], each[2][a], mean[1][b], mean[2][b], how.resamples,
+                how.rng("heads", each_model, token_set)) if shared.size else (np.nan, np.nan)
+    return out
+
+
 def bootstrap_lifts(nulls: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.DataFrame:
     """`nulls` (`report_nulls.null_lifts`) with lift_ci_low/high from the bootstrap over inputs
     and a binomial draw of the null's count per resample."""

@@ -57,7 +57,10 @@ def extraction_dtype(tree: xr.DataTree, model: str) -> str:
     """The dtype a model's attention was extracted in, from the store's resolved config (a
     control `<name>@...` shares its model's); float32 when the config does not say."""
     config = tree.attrs.get("config", {}) or {}
-    own = (config.get("models", {}) or {}).get(model.split("@")[0], {}) or {}
+    models = config.get("models", {}) or {}
+    # a seed replicate `<name>@seed<k>` is a model of the resolved config; a control is not
+    own = models.get(model) or models.get(model.rsplit("@", 1)[0]) \
+        or models.get(model.split("@")[0]) or {}
     return str(own.get("dtype") or config.get("dtype") or "float32")
 
 

@@ -54,7 +54,8 @@ def seeds_table(summary: pd.DataFrame) -> pd.DataFrame:
             controls = [rate.get((control_name(name), token_set)) for name in names]
             mean, low, high = t_interval(rates)
             low, high = _within(low, 0.0, 1.0), _within(high, 0.0, 1.0)  # a rate is in [0, 1]
-            row = {"model": model, "token_set": token_set, "n_seeds": len(names),
+            row = {"model": model, "token_set": token_set,
+                   "n_seeds": sum(math.isfinite(r) for r in rates),  # with a rate, as t uses
                    "seeds": [seed for seed, _ in replicates], "rates": _listed(rates),
                    "rate_mean": mean, "ci_low": low, "ci_high": high,
                    "control_rates": None, "differences": None, "difference_mean": math.nan,

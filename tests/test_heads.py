@@ -273,3 +273,28 @@ def test_sweep_plan_shows_the_heads_each_model_keeps(tmp_path, capsys):
             rows.setdefault(line.split()[0], line.split())
     column = header.index("heads")
     assert rows["avg"][column] == "1" and rows["each"][column] == "4"
+
+
+def test_the_per_head_finding_is_paired_over_inputs_under_the_bootstrap(store):
+    """Per head and head mean are measured on the same inputs: under `--ci bootstrap` (the
+    default) their difference gets the paired bootstrap interval over those inputs, labelled so;
+    under `--ci wilson`, Newcombe's from the two Wilson intervals."""
+    from storage.bootstrap import paired_difference_interval
+    from sweep.report_intervals import Bootstrap, per_input_counts
+
+    tree = open_results(store)
+    how = Bootstrap(resamples=500, seed=3)
+    report = build_report(tree, str(store), ci="bootstrap", bootstrap=how)
+    heads = report.findings[report.findings["kind"] == "per_head_vs_head_mean"]
+    assert heads["model"].tolist() == ["each", "each"]
+    assert set(heads["ci_method"]) == {"bootstrap"}
+    counts = per_input_counts(tree, report.tol)
+    for record in heads.to_dict("records"):
+        each, mean = counts[("each", record["token_set"])], counts[("avg", record["token_set"])]
+        assert each[0].tolist() == mean[0].tolist()  # the same inputs, in the same order
+        expected = paired_difference_interval(each[1], each[2], mean[1], mean[2], 500,
+                                              how.rng("heads", "each", record["token_set"]))
+        assert (record["ci_low"], record["ci_high"]) == pytest.approx(expected, nan_ok=True)
+    wilson = build_report(tree, str(store), ci="wilson").findings
+    assert set(wilson.loc[wilson["kind"] == "per_head_vs_head_mean", "ci_method"]) == {
+        "newcombe"}
