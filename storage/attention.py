@@ -157,6 +157,19 @@ def held_inputs(done_shards: Iterable[tuple[int, int, int]],
     return sum(stop - start - len(dropped.get(shard, ())) for shard, start, stop in done_shards)
 
 
+def check_not_dropped(store: StoreLike, model: str, attrs: Mapping[str, Any], index: int,
+                      input_id: str) -> None:
+    """InputError naming the model's `attention:` policy if input `index` (id `input_id`) had
+    its attention dropped (its chunk is gone: zarr would read zeros); `attrs`: the model
+    group's attributes."""
+    if index in read_dropped(store, model, index // int(attrs["shard_size"])):
+        policy = AttentionPolicy.parse(attrs.get("attention", KEEP))
+        raise InputError(
+            f"store {store}: the attention of model {model!r} input {input_id!r} was dropped "
+            f"(attention: {policy}); `sweep extract` recomputes it without a store, or rerun "
+            f"the sweep with a policy that keeps it and --reextract-attention")
+
+
 def stored_attention(store: StoreLike, model: str, input_id: str) -> np.ndarray:
     """One input's stored attention (layer, head, query, key), cropped to its tokens, for
     figures and re-analysis; InputError naming the model's `attention:` policy when it was
@@ -168,13 +181,7 @@ def stored_attention(store: StoreLike, model: str, input_id: str) -> np.ndarray:
     if input_id not in ids:
         raise InputError(f"store {store}: model {model!r} has no input {input_id!r}")
     i = ids.index(input_id)
-    shard = i // group.attrs["shard_size"]
-    policy = AttentionPolicy.parse(group.attrs.get("attention", KEEP))
-    if i in read_dropped(store, model, shard):
-        raise InputError(
-            f"store {store}: the attention of model {model!r} input {input_id!r} was dropped "
-            f"(attention: {policy}); `sweep extract` recomputes it without a store, or rerun "
-            f"the sweep with a policy that keeps it and --reextract-attention")
+    check_not_dropped(store, model, group.attrs, i, input_id)
     t = int(group["n_tokens"][i])
     if t == 0:
         raise InputError(f"store {store}: model {model!r} input {input_id!r} is not extracted "

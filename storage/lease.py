@@ -127,6 +127,8 @@ class Lease:
             if current is not None and not current.released:
                 self._check_can_take(current, now, break_lock=break_lock, force=force)
             version = self.location.create(_key(generation + 1), self._record().encode())
+            if version is None:  # lost the race, or our own create landed and was retried
+                version = self._own_version(generation + 1)
             if version is not None:
                 self.generation, self.version = generation + 1, version
                 self._forget_older(generation + 1)
@@ -157,6 +159,16 @@ class Lease:
             f"{current.expires - now:.0f} s); wait for it to finish or stop it, then rerun (a "
             f"killed run's lease expires by itself; --break-lock takes over a stale one)")
 
+    def _own_version(self, generation: int) -> str | int | None:
+        """The version of generation `generation`'s object if this run wrote it and no newer
+        generation exists: a conditional write whose reply was lost is retried by the client
+        and refused (412) although it landed; None otherwise."""
+        newest, record = self._newest()
+        info = self.location.info(_key(generation))
+        if newest != generation or record is None or record.run != self.run or info is None:
+            return None
+        return info.version
+
     def _forget_older(self, generation: int) -> None:
         for key in self.location.listing(LEASES):
             found = _generation(key)
@@ -173,19 +185,27 @@ class Lease:
                 return
 
     def renew(self) -> bool:
-        """Extend the lease; False (and `lost` set) if another run broke it meanwhile."""
+        """Extend the lease; False (and `lost` set) if another run broke it meanwhile. A
+        renewal the server refused because this run's own retried write had landed keeps the
+        lease; a network error is retried at the next interval. Never raises."""
         if self.generation is None or self.lost is not None:
             return False
         try:
             version = self.location.replace(_key(self.generation), self._record().encode(),
                                             self.version)
+            if version is None:
+                version = self._own_version(self.generation)
         except Exception as error:  # noqa: BLE001 - a network blip: try again next interval
             print(f"sweep: could not renew the lease of store {self.location} ({error}); "
                   f"retrying", file=sys.stderr)
             return True
         if version is None:
-            _, taker = self._newest()
-            self.lost = taker or "another run"
+            self.lost = "another run"
+            try:
+                _, taker = self._newest()
+            except Exception:  # noqa: BLE001 - the lease is lost either way; name who if we can
+                taker = None
+            self.lost = taker or self.lost
             who = taker.describe(time.time()) if taker else "another run"
             print(f"sweep: store {self.location}: this run's lease was broken by {who}",
                   file=sys.stderr)

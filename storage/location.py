@@ -114,6 +114,9 @@ def check_options(options: Mapping[str, Any], where: str = "storage_options") ->
         if key not in STORAGE_OPTIONS:
             known = ", ".join(STORAGE_OPTIONS)
             raise InputError(f"{where}.{key}: unknown storage option; known: {known}")
+        if not isinstance(value, str | bool | int | float):
+            raise InputError(f"{where}.{key}: {value!r}; a storage option is a string, a "
+                             f"number or true/false")
         if key == "backend" and value not in BACKENDS:
             raise InputError(f"{where}.backend: {value!r}; choose {' or '.join(BACKENDS)}")
         out[key] = value

@@ -84,6 +84,8 @@ class StoreLock:
             self._fd = None
         elif self.lease is not None:
             self.lease.release()
+            if self.lost:  # the store is another run's now: leave everything to it
+                return
         else:
             return
         if self._created and exc_type is not None and not self._finished():

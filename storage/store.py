@@ -46,7 +46,7 @@ from storage.layout import (
     RESULTS_GROUP,
     Var,
 )
-from storage.location import Location, StoreLike, locate
+from storage.location import Location, StoreLike, describe_object_error, locate
 from storage.recording import RecordingStore
 
 VERSIONED = (
@@ -83,6 +83,10 @@ def open_root(store: StoreLike, mode: str = "r") -> zarr.Group:
             f"{location}: its root metadata zarr.json is corrupt "
             f"({type(error).__name__}); restore it from a backup, or use a new store"
         ) from None
+    except Exception as error:  # an object store's endpoint, credentials or bucket
+        if location.is_local:
+            raise
+        raise describe_object_error(location.ref, "zarr.json", error) from None
     if mode in ("r", "r+") and root.attrs.get("format") != FORMAT:
         raise InputError(f"{location}: not a sweep store (root attribute format is not {FORMAT})")
     return root
@@ -220,15 +224,23 @@ def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed
 CONTENT_PAIRS_NULL = "T x T, pairs of |C| full rows"  # how a content-pairs null is drawn
 
 
+def matched_nulls_inputs(*, nulls: Sequence[str], token_sets: Sequence[str], trials: int,
+                         seed: int, chunk_trials: int, tol: float) -> dict[str, Any]:
+    """The fingerprint inputs of a model's size-matched nulls group (`ensure_matched_nulls`)."""
+    inputs = {"nulls": list(nulls), "token_sets": list(token_sets), "trials": trials,
+              "seed": seed, "chunk_trials": chunk_trials, "tol": tol}
+    if "content-pairs" in token_sets:  # drawn as read since issue 20: older counts differ
+        inputs["content_pairs_null"] = CONTENT_PAIRS_NULL
+    return inputs
+
+
 def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
                          token_sets: Sequence[str], trials: int, seed: int, chunk_trials: int,
                          n_chunks: int, tol: float) -> bool:
     """Create `/<model>/nulls` (null, token_set, chunk), or check its fingerprint. True if
     created now. The model group must exist; its own fingerprint is not touched."""
-    inputs = {"nulls": list(nulls), "token_sets": list(token_sets), "trials": trials,
-              "seed": seed, "chunk_trials": chunk_trials, "tol": tol}
-    if "content-pairs" in token_sets:  # drawn as read since issue 20: older counts differ
-        inputs["content_pairs_null"] = CONTENT_PAIRS_NULL
+    inputs = matched_nulls_inputs(nulls=nulls, token_sets=token_sets, trials=trials, seed=seed,
+                                  chunk_trials=chunk_trials, tol=tol)
     parent = root[model]
     if _reset_if_unfinished(parent, NULLS_GROUP):
         _check_fingerprint(location_of(root), f"the size-matched nulls of model {model!r}",

@@ -1,3 +1,3 @@
-from sweep.cli import main
+from sweep.cli import run_command
 
-raise SystemExit(main())
+run_command()

@@ -97,22 +97,28 @@ def reextractions(plan: SweepPlan, index: MarkerIndex, *, reextract: bool) -> li
 
 def finish_drops(plan: SweepPlan, index: MarkerIndex, pending: Iterable[str]) -> int:
     """Drop the attention the policy drops from every tested shard that still holds it (and
-    whose tasks do not rerun: `pending` keys); returns the number of shards dropped from."""
+    whose tasks do not rerun: `pending` keys); returns the number of shards dropped from.
+    What a shard still holds is read from one listing of each bounded model's attention, not
+    from its record of dropped inputs: a drop killed after its record was written and before
+    its chunks were deleted is finished here."""
     waiting = set(pending)
-    records = dropped_by_shard(plan.config.store_ref)
+    location = locate(plan.config.store_ref)
     count = 0
     groups: dict[str, zarr.Group] = {}
+    present: dict[str, set[str]] = {}  # model -> keys of its attention chunks in the store
     for task in plan.tasks:
         if not isinstance(task, TestTask) or not task.drop or task.key in waiting:
             continue
         if not index.done(task.scope, task.marker):
             continue
-        missing = set(task.drop) - records.get((task.model, task.shard), frozenset())
-        if not missing:
-            continue
         if task.model not in groups:
             groups[task.model] = open_root(task.store)[task.model]
-        drop_attention(task.store, task.model, task.shard,
-                       attention_chunks(groups[task.model], tuple(sorted(missing))))
+            prefix = f"{groups[task.model]['attention'].path}/"
+            present[task.model] = set(location.listing(prefix))
+        chunks = attention_chunks(groups[task.model], tuple(sorted(task.drop)))
+        held = {i: key for i, key in chunks.items() if key in present[task.model]}
+        if not held:
+            continue
+        drop_attention(task.store, task.model, task.shard, held)
         count += 1
     return count

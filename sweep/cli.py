@@ -14,8 +14,13 @@ This module imports nothing heavy at the top so that `main` starts within millis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import logging
+import os
 import sys
+import traceback
+from typing import NoReturn
 
 from sweep.interrupts import remember_sigint, restore_sigint, sigint_pinned
 
@@ -74,6 +79,31 @@ def joined_negative_values(words: list[str]) -> list[str]:
                 continue
         out.append(word)
     return out
+
+
+def run_command() -> NoReturn:
+    """The `sweep` command: `main`, then leave without finalizing the interpreter (flushed
+    first). A request the object-store client (obstore's tokio runtime) still has in flight
+    after a command gave up on it (wrong credentials: zarr asks for several keys at once) can
+    finish on a runtime thread while Python finalizes, and that aborts the process (SIGABRT or
+    SIGBUS after the right one-line message, about 1 `sweep status` in 20). Every store, lock
+    and cluster is closed by then: `main`'s commands close them in their own `with` blocks."""
+    try:
+        code = main()
+    except SystemExit as stop:  # argparse's usage errors and --help
+        code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
+        if isinstance(stop.code, str):
+            print(stop.code, file=sys.stderr)
+    except KeyboardInterrupt:
+        code = 130
+    except BaseException:  # noqa: BLE001 - a bug: its traceback, then exit 1 like Python's
+        traceback.print_exc()
+        code = 1
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
 
 
 def main(argv: list[str] | None = None) -> int:

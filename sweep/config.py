@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -50,7 +51,20 @@ MESSAGES = {
     "extra_forbidden": "unknown key (check its spelling against the documented keys)",
     "missing": "required key is missing",
 }
+DEVICE = re.compile(r"^(auto|cpu|cuda(?::\d+)?)$")
+
+
+def check_device_name(device: str) -> str:
+    """`device` if it is one the sweep runs on (auto, cpu, cuda, cuda:N); ValueError saying
+    which are (a typo would otherwise be fingerprinted into the store)."""
+    if not DEVICE.match(device):
+        raise ValueError(f"{device!r}: choose auto (CUDA where a worker has it), cpu, cuda or "
+                         f"cuda:N")
+    return device
+
+
 Dtype = Literal["float32", "bfloat16", "float16"]
+Device = Annotated[str, AfterValidator(check_device_name)]
 Rollout = Literal["every", "last", "off"]  # workers.equality.ROLLOUT_MODES (a test checks)
 
 
@@ -135,7 +149,7 @@ class ModelConfig(_Frozen):
     dataset: str
     batch_size: PositiveInt | None = None
     dtype: Dtype | None = None
-    device: str | None = None
+    device: Device | None = None
     options: dict[str, Any] = Field(default_factory=dict)
     control: Literal["random-init"] | None = None  # adds `<name>@random-init` (sweep.controls)
     attention: Attention | None = None  # the sweep's `attention` when None
@@ -264,13 +278,13 @@ class SweepConfig(_Frozen):
     storage_options: dict[str, Any] = Field(default_factory=dict)
     shard_size: PositiveInt = 32
     token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
-    tol: float = Field(default=DEFAULT_TOL, ge=0.0)
+    tol: float = Field(default=DEFAULT_TOL, ge=0.0, lt=1.0, allow_inf_nan=False)
     rollout: Rollout = "every"
     attention: Attention = "keep"  # storage.attention: which inputs keep their attention
     retries: NonNegativeInt = 2
     batch_size: PositiveInt = 8
     dtype: Dtype = "float32"
-    device: str = "auto"
+    device: Device = "auto"
     cache_dir: Path | None = None
     datasets: dict[str, DatasetConfig] = Field(default_factory=dict)
     models: dict[str, ModelConfig] = Field(default_factory=dict)

@@ -17,26 +17,28 @@ def cuda_device_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
-def check_devices(config: SweepConfig) -> None:
-    """EnvironmentFault naming the first model whose `device` this machine does not have.
+def check_device(device: str, where: str) -> None:
+    """EnvironmentFault if this machine lacks `device` (`where`: the key that set it): `auto`
+    and `cpu` always pass; `cuda` needs one CUDA device, `cuda:N` needs N + 1."""
+    match = CUDA.match(device)
+    if match is None:
+        return
+    index = int(match.group(1) or 0)
+    count = cuda_device_count()
+    if index >= count:
+        raise EnvironmentFault(
+            f"{where}: {device} is not on this machine ({count} CUDA "
+            f"device{'s' if count != 1 else ''}); use device: auto, cpu or cuda:0 to "
+            f"cuda:{count - 1}"
+            if count else
+            f"{where}: {device} is not on this machine (no CUDA device); use device: auto or "
+            f"cpu"
+        )
 
-    `auto` and `cpu` always pass; `cuda` needs one CUDA device, `cuda:N` needs N + 1. A sweep
-    on a cluster whose workers have GPUs the driver lacks sets `device: auto`.
-    """
-    count: int | None = None
+
+def check_devices(config: SweepConfig) -> None:
+    """EnvironmentFault naming the first model whose `device` this machine does not have
+    (`check_device`). A sweep on a cluster whose workers have GPUs the driver lacks sets
+    `device: auto`."""
     for name in config.models:
-        device = config.model_setting(name, "device")
-        match = CUDA.match(device)
-        if match is None:
-            continue
-        index = int(match.group(1) or 0)
-        count = cuda_device_count() if count is None else count
-        if index >= count:
-            raise EnvironmentFault(
-                f"models.{name}.device: {device} is not on this machine ({count} CUDA "
-                f"device{'s' if count != 1 else ''}); use device: auto, cpu or cuda:0 to "
-                f"cuda:{count - 1}"
-                if count else
-                f"models.{name}.device: {device} is not on this machine (no CUDA device); "
-                f"use device: auto or cpu"
-            )
+        check_device(config.model_setting(name, "device"), f"models.{name}.device")

@@ -14,6 +14,7 @@ load models once through `workers.tasks`' per-process cache.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections import deque
 
@@ -109,8 +110,10 @@ class DaskExecutor:
     """Runs tasks on a `distributed.Client` with a progress bar (`open_client` prints the
     dashboard address)."""
 
-    def __init__(self, client: Client, in_flight: int | None = None) -> None:
+    def __init__(self, client: Client, in_flight: int | None = None,
+                 shared: bool = False) -> None:
         self.client = client
+        self.shared = shared  # a cluster the sweep did not start: leave it as it was
         self.in_flight = in_flight  # shards per bounded model; default: `task_slots`
         self.errors: dict[str, BaseException] = {}  # key -> the exception of a failed task
 
@@ -125,6 +128,10 @@ class DaskExecutor:
         except KeyboardInterrupt:  # cancelled tasks and broken heartbeats follow: no fault
             quiet_shutdown()
             raise
+        finally:
+            if self.shared:
+                with contextlib.suppress(Exception):  # its workers keep logging as before
+                    self.client.unregister_worker_plugin(QuietTaskFailures.name)
 
     def _collect(self, plan: SweepPlan, tasks: list[Task], submitter: Submitter,
                  progress: bool) -> tuple[dict[str, str | None], list[str]]:
@@ -138,6 +145,10 @@ class DaskExecutor:
                 if future.status == "error":
                     error = future.exception()
                     errors[future.key] = error.with_traceback(future.traceback())
+                elif future.status == "cancelled":  # not done: the scheduler dropped it
+                    errors[future.key] = RuntimeError(
+                        "cancelled by the Dask scheduler before it finished (a restart or a "
+                        "lost client); rerun to resume")
                 else:
                     outcomes[future.key] = None
                 bar.update()

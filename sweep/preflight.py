@@ -16,7 +16,7 @@ import zarr
 
 from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
-from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT
+from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
 from sweep.config import SweepConfig
@@ -148,16 +148,18 @@ def check_before_lock(config: SweepConfig) -> None:
 
 
 def check_plan_fits_store(store: StoreLike, plan_inputs: dict[str, dict[str, Any]]) -> None:
-    """Every planned group (name -> fingerprint inputs) against the finished groups, all at once,
-    before any group is created or extended."""
+    """Every planned group (name -> fingerprint inputs; `<model>/nulls` for size-matched nulls)
+    against the finished groups, all at once, before any group is created or extended."""
     if locate(store).read("zarr.json") is None:
         return
     groups = _finished_groups(store, list(plan_inputs))
     problems = []
     for name, inputs in plan_inputs.items():
         if name in groups and groups[name]["fingerprint"] != fingerprint(inputs):
-            prefix = "baseline." if name == BASELINE_GROUP else f"models.{name}."
-            who = "the baseline" if name == BASELINE_GROUP else f"model {name!r}"
+            model = name.removesuffix(f"/{NULLS_GROUP}")
+            prefix, who = ("baseline.", "the baseline") if name == BASELINE_GROUP else \
+                ("matched_nulls.", f"the size-matched nulls of model {model!r}") \
+                if model != name else (f"models.{name}.", f"model {name!r}")
             lines = describe_changes(with_defaults(groups[name]["inputs"]), with_defaults(inputs))
             problems.append((who, [prefix + x for x in lines] or ["fingerprint differs"]))
     _refuse(store, problems)

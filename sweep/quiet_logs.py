@@ -15,8 +15,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from distributed import WorkerPlugin
+from distributed.core import Status
 
 QUIET_LOGGERS = ("distributed", "tornado", "asyncio")
+CLOSING = (Status.closing, Status.closing_gracefully, Status.closed)
 
 
 def _quiet_names() -> list[str]:
@@ -60,10 +62,18 @@ def drop_compute_failed() -> None:
         logger.addFilter(DropComputeFailed())
 
 
+def keep_compute_failed() -> None:
+    """Take `DropComputeFailed` off the worker logger of this process again."""
+    logger = logging.getLogger("distributed.worker")
+    for found in [f for f in logger.filters if isinstance(f, DropComputeFailed)]:
+        logger.removeFilter(found)
+
+
 class QuietTaskFailures(WorkerPlugin):
     """In every worker's process (local, SLURM, Kubernetes): `DropComputeFailed` from the start,
     and, once the worker begins to close, `quiet_shutdown`. A worker that is a thread of the
-    driver leaves the driver's loggers alone (the driver silences its own close)."""
+    driver leaves the driver's loggers alone (the driver silences its own close). Removed from
+    a running worker (a shared cluster the sweep only used), it undoes `DropComputeFailed`."""
 
     name = "sweep-quiet-task-failures"
 
@@ -74,5 +84,9 @@ class QuietTaskFailures(WorkerPlugin):
         drop_compute_failed()
 
     def teardown(self, worker: object) -> None:
-        if os.getpid() != self.driver_pid:
+        if os.getpid() == self.driver_pid:
+            return
+        if getattr(worker, "status", None) in CLOSING:
             quiet_shutdown()
+        else:
+            keep_compute_failed()

@@ -19,12 +19,14 @@ from tqdm import tqdm
 
 from storage import markers
 from storage.device_pin import forget_device
+from storage.layout import NULLS_GROUP
 from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
     create_root,
     ensure_baseline,
     ensure_matched_nulls,
     ensure_model,
+    matched_nulls_inputs,
     stored_model_attrs,
     write_root_attrs,
 )
@@ -50,6 +52,8 @@ from sweep.plan import (
     check_plan_size,
 )
 from sweep.preflight import check_before_lock, check_plan_fits_store
+from sweep.weights import ATTR as WEIGHTS_ATTR
+from sweep.weights import check_weights, weights_record
 from workers.extraction import model_dataset
 from workers.inputs import Dataset, open_dataset
 from workers.models import resolve_model
@@ -130,7 +134,18 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
         planned["baseline"] = plan.baseline.fingerprint_inputs()
+    if plan.matched_nulls is not None:
+        m = plan.matched_nulls
+        for model in plan.models:
+            planned[f"{model.name}/{NULLS_GROUP}"] = matched_nulls_inputs(
+                nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
+                seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
+    weights = {}
+    for model in plan.models:  # local weights overwritten in place: refused before any write
+        stored = (stored_model_attrs(config.store_ref, model.name) or {}).get(WEIGHTS_ATTR)
+        weights[model.name] = weights_record(model.spec, stored)
+        check_weights(config.store, model.name, stored, weights[model.name])
     root = create_root(config.store_ref)
     for model in plan.models:
         if ensure_model(
@@ -142,6 +157,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
             fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
         ):
             forget_device(config.store_ref, model.name)  # a pin left by a deleted group
+        if weights[model.name] and root[model.name].attrs.get(WEIGHTS_ATTR) != weights[model.name]:
+            root[model.name].attrs[WEIGHTS_ATTR] = weights[model.name]
         if root[model.name].attrs.get("attention") != model.attention.to_json():
             root[model.name].attrs["attention"] = model.attention.to_json()
         if model.head_dim is not None and root[model.name].attrs.get("head_dim") is None:

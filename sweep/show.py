@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from storage.attention import check_not_dropped
 from storage.errors import InputError
 from storage.layout import MEAN_HEAD, RESULTS_GROUP, ResultStatus
 from storage.location import StoreLike
@@ -115,6 +116,7 @@ def read_input(store: StoreLike, model: str, input_id: str, *, layers: list[int]
     if n == 0:
         raise InputError(f"model {model!r} input {input_id!r}: not extracted yet (its shard has "
                          "not run); `sweep status` says what is pending")
+    check_not_dropped(store, model, attrs, index, input_id)
     kinds = np.asarray(group["token_kind"][index, :n], dtype=np.int8)
     attention = _read_attention(group["attention"], index, layers, heads.index(head), n)
     values = _result_values(group, index, heads.index(head), token_sets.index(token_set))

@@ -20,7 +20,7 @@ from distributed import Client, LocalCluster
 
 import workers.tasks
 from storage import markers
-from storage.attention import AttentionPolicy, sampled_inputs, stored_attention
+from storage.attention import AttentionPolicy, dropped_key, sampled_inputs, stored_attention
 from storage.errors import InputError
 from storage.location import locate
 from storage.status import attention_held
@@ -323,3 +323,29 @@ def test_drop_on_seaweedfs_equals_keep_and_leaves_no_attention(tmp_path, s3_buck
     assert sum(key.endswith(".dropped") for key in keys) == -(-N_TOPICS // 2)
     run(path)  # a rerun finds everything done: nothing re-extracted
     assert with_attention(url, OPTIONS) == set()
+
+
+def test_a_drop_killed_after_its_record_and_before_its_deletes_is_finished(tmp_path, capsys):
+    """`drop_attention` writes its record first, then the marker, then deletes: a kill after
+    the record leaves chunks the record already names. The next start finds them by listing
+    what is stored, not by reading the record, and deletes them."""
+    run(write_config(tmp_path, "keep", limit=6))
+    store = tmp_path / "sweep.zarr"
+    assert with_attention(store) == set(range(6))
+    locate(str(store)).write(dropped_key("rob", 0), b'{"inputs": [0, 1]}\n')  # then killed
+    run(write_config(tmp_path, "drop", limit=6))
+    assert with_attention(store) == set()
+    capsys.readouterr()
+    assert main(["status", str(store)]) == 0
+    assert "attention rob: 0 of 6 inputs still have their attention" in capsys.readouterr().out
+
+
+def test_show_on_an_input_whose_attention_was_dropped_names_the_policy(tmp_path, capsys):
+    """zarr reads a deleted chunk as zeros: `sweep show` must not print NaN readings of them."""
+    run(write_config(tmp_path, "drop", limit=4))
+    store = tmp_path / "sweep.zarr"
+    input_id = str(zarr.open_group(str(store), mode="r")["rob"]["input_id"][1])
+    capsys.readouterr()
+    assert main(["show", str(store), "rob", input_id, "--layer", "0"]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and f"input {input_id!r} was dropped (attention: drop)" in err[0], err

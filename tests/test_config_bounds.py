@@ -134,3 +134,37 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"the sweep plans {4 * n} tasks" in err[0], err
     assert not (tmp_path / "s.zarr").exists()
+
+
+@pytest.mark.parametrize("data, words", [
+    ({"tol": float("inf")}, "tol: Input should be a finite number"),
+    ({"tol": 1.0}, "tol: Input should be less than 1"),  # kappa lies in [0, 1]
+    ({"device": "bogus"}, "device: Value error, 'bogus': choose auto"),
+    ({"datasets": {"d": {"source": "pydoc:topics"}},
+      "models": {"m": {"source": "tiny-roberta", "dataset": "d", "device": "cuda:x"}}},
+     "models.m.device: Value error, 'cuda:x': choose auto"),
+])
+def test_a_tolerance_or_device_that_would_be_fingerprinted_wrong_is_refused_at_load(data,
+                                                                                   words):
+    """Both are fingerprinted: accepted, a typo would tie the store to it (a 1e300 tol also
+    crashed the test kernel)."""
+    assert words in refusal(data)
+
+
+def test_check_and_extract_refuse_a_bad_tolerance_or_device_in_one_line(tmp_path, capsys):
+    import numpy as np
+
+    from sweep.cli import main
+
+    np.save(tmp_path / "a.npy", np.full((3, 3), 1 / 3))
+    assert main(["check", str(tmp_path / "a.npy"), "--tol", "1e15"]) == 2
+    assert "must be a finite number in [0, 1)" in capsys.readouterr().err
+    (tmp_path / "lines.txt").write_text("one line\n")
+    assert main(["extract", "tiny-roberta", str(tmp_path / "lines.txt"), "--device", "gpu",
+                 "--out", str(tmp_path / "x.npz")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--device 'gpu': choose auto" in err, err
+    assert main(["extract", "tiny-roberta", str(tmp_path / "lines.txt"), "--device", "cuda:7",
+                 "--out", str(tmp_path / "x.npz")]) == 3
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "--device: cuda:7 is not on this machine" in err, err

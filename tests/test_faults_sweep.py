@@ -388,3 +388,54 @@ def test_a_text_edited_past_the_stores_token_length_is_refused_in_one_line(
     group = zarr.open_group(str(store / "rob"), mode="r")
     n_tokens = group["n_tokens"][:]
     assert int(n_tokens[0]) == tokens and group.attrs["t_max"] == n_tokens.max() > t_max
+
+
+def test_changed_matched_nulls_are_refused_before_a_new_model_group_is_created(tmp_path, capsys):
+    """The size-matched nulls' groups are checked with every other group before any is created:
+    a refused run writes nothing, not even the group of a model it added."""
+    nulls = "matched_nulls: {{nulls: [uniform], trials: {trials}, seed: 0, chunk_trials: 1000}}\n"
+    path = write_text_sweep(tmp_path)
+    first = path.read_text().replace("matched_nulls: null\n", nulls.format(trials=1000))
+    path.write_text(first)
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 0
+    capsys.readouterr()
+    path.write_text(first.replace("trials: 1000,", "trials: 2000,")
+                    + "  new: {source: tiny-roberta, dataset: lines}\n")
+    before = tree_digest(tmp_path / "sweep.zarr")
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "the size-matched nulls of model 'rob': matched_nulls.trials: 1000 -> 2000" in line
+    assert tree_digest(tmp_path / "sweep.zarr") == before
+    assert not (tmp_path / "sweep.zarr" / "new").exists()
+
+
+def test_local_weights_overwritten_in_place_are_refused_by_file(tmp_path, capsys):
+    """An `hf:` folder is named by its place: weights rewritten there would be a new model under
+    the old spec. A resume re-hashes a touched file (same bytes: goes on) and refuses changed
+    bytes in one line, exit 2, before anything is written."""
+    import torch
+
+    from workers.extraction import load_extractor
+    from workers.models import resolve_model
+
+    tiny = load_extractor(resolve_model("tiny-distilbert"), device="cpu")
+    weights = tmp_path / "weights"
+    tiny.model.save_pretrained(weights, safe_serialization=True)
+    tiny.tokenizer.save_pretrained(weights)
+    path = write_text_sweep(tmp_path)
+    path.write_text(path.read_text().replace("source: tiny-roberta", f"source: 'hf:{weights}'"))
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 0
+    store = tmp_path / "sweep.zarr"
+    recorded = zarr.open_group(str(store), mode="r")["rob"].attrs["weights_files"]
+    assert {"model.safetensors", "config.json"} <= set(recorded)
+    os.utime(weights / "model.safetensors")  # touched: same bytes, re-hashed, accepted
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 0
+    with torch.no_grad():
+        next(tiny.model.parameters()).add_(1e-3)
+    tiny.model.save_pretrained(weights, safe_serialization=True)
+    capsys.readouterr()
+    before = tree_digest(store)
+    assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
+    line = one_stderr_line(capsys.readouterr().err)
+    assert "model 'rob' was extracted with other weights: model.safetensors changed" in line
+    assert tree_digest(store) == before

@@ -38,3 +38,28 @@ def test_the_drivers_loggers_speak_again_after_the_close(tmp_path, caplog):
     worker_logger.error("a later run's error")
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == [
         "a later run's error"]
+
+
+def _worker_logging() -> tuple[bool, int]:
+    """In a worker: whether "Compute Failed" is dropped, and distributed.worker's level."""
+    from sweep.quiet_logs import DropComputeFailed
+
+    logger = logging.getLogger("distributed.worker")
+    return any(isinstance(f, DropComputeFailed) for f in logger.filters), logger.level
+
+
+def test_a_shared_cluster_gets_its_workers_logging_back_after_the_sweep():
+    """On an `address` cluster the sweep only uses, its plugin is removed at the end: the
+    running workers log task failures again and are not silenced."""
+    from distributed import Client, LocalCluster
+
+    from sweep.quiet_logs import QuietTaskFailures
+
+    with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
+                      dashboard_address=None) as cluster, Client(cluster) as client:
+        before = list(client.run(_worker_logging).values())[0]
+        client.register_plugin(QuietTaskFailures())
+        assert list(client.run(_worker_logging).values())[0][0] is True
+        client.unregister_worker_plugin(QuietTaskFailures.name)
+        assert list(client.run(_worker_logging).values())[0] == before == (False, before[1])
+        assert before[1] <= logging.ERROR

@@ -145,7 +145,7 @@ def test_markup_in_names_is_escaped():
 
 
 def test_html_alone_prints_nothing_on_stdout_and_names_the_file(store, tmp_path, capsys):
-    out = tmp_path / "r.html"
+    out = tmp_path / "new" / "folder" / "r.html"  # created, as --plots creates its folder
     assert main(["report", str(store), "--html", str(out)]) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and f"wrote {out}" in captured.err

@@ -275,6 +275,30 @@ def test_wrong_credentials_are_one_line_exit_3(s3_bucket, tmp_path):
     assert not filesystem().find(s3_bucket)
 
 
+@pytest.mark.parametrize("command", ["status", "show", "report"])
+@pytest.mark.parametrize("endpoint, secret, words", [
+    ("http://127.0.0.1:9", None, "does not answer"),
+    (ENDPOINT, "not-the-secret", "access denied"),
+], ids=["no-endpoint", "wrong-secret"])
+def test_reading_commands_meet_a_bad_endpoint_or_credentials_in_one_line_exit_3(
+        s3_bucket, tmp_path, command, endpoint, secret, words):
+    args = {"status": [], "show": ["rob", "line-0"], "report": []}[command]
+    result = cli(command, f"s3://{s3_bucket}/x.zarr", *args, "--storage-option",
+                 f"endpoint_url={endpoint}", cwd=tmp_path, timeout=300,
+                 extra_env={"AWS_SECRET_ACCESS_KEY": secret} if secret else None)
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and words in line and "not-the-secret" not in line, line
+
+
+def test_a_storage_option_that_is_not_a_scalar_is_one_line_exit_2(tmp_path):
+    result = cli("status", "s3://bucket/x.zarr", "--storage-option", "region=[a]",
+                 cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    line = result.stderr.strip()
+    assert "\n" not in line and "a storage option is a string, a number or true/false" in line
+
+
 def test_a_missing_optional_package_is_one_line_exit_3(tmp_path):
     config = write_config(tmp_path, "s3://bucket/x.zarr", s3_options())
     blocker = tmp_path / "blocker"

@@ -110,7 +110,7 @@ def test_bad_arguments_are_one_line_exit_2(store, capsys, args, message):
 
 
 def test_png_draws_the_first_failing_layer(store, tmp_path, capsys):
-    out = tmp_path / "pair.png"
+    out = tmp_path / "figures" / "pair.png"  # its folder is created
     assert main(["show", str(store), "m", "line-2", "--png", str(out)]) == 0
     assert f"wrote {out} (layer 1)" in capsys.readouterr().err
     pixels = matplotlib.image.imread(io.BytesIO(out.read_bytes()))

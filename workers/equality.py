@@ -245,8 +245,9 @@ def check(
     `progress`: a bar on stderr (a terminal only) for a single large matrix whose check takes
     longer than PROGRESS_DELAY_S (ties everywhere); Ctrl-C acts between its chunks either way.
     """
-    if not (np.isfinite(tol) and tol >= 0):
-        raise InputError(f"tolerance {tol!r} must be a finite number >= 0 (default {DEFAULT_TOL})")
+    if not (np.isfinite(tol) and 0 <= tol < 1):
+        raise InputError(f"tolerance {tol!r} must be a finite number in [0, 1) (default "
+                         f"{DEFAULT_TOL}): kappa lies in [0, 1]")
     if device is not None or not validate:
         if validate:
             x = validate_stochastic(a)

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from storage.errors import InputError
+from sweep.config import check_device_name
+from sweep.devices import check_device
 from sweep.outputs import check_writable_folder, npz_path
 from workers.extraction import DTYPES, load_extractor, model_dataset, prepare_model
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
@@ -71,6 +73,11 @@ def run(args: argparse.Namespace) -> int:
                           **{key: value for key, value in options.items() if value is not None})
     if model.modality != kind:
         raise InputError(f"model {args.model!r} takes {model.modality} inputs, not {kind}")
+    try:
+        check_device_name(args.device)
+    except ValueError as error:
+        raise InputError(f"--device {error}") from None
+    check_device(args.device, "--device")
     prepare_model(model, dataset, args.cache_dir)
     extractor = load_extractor(model, dataset=dataset, device=args.device, dtype=args.dtype,
                                cache_dir=args.cache_dir)

@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
             if args.html is not None:
                 figures = {name: (figure, CAPTIONS[name])
                            for name, figure in report_figures(tree, report).items()}
+                args.html.parent.mkdir(parents=True, exist_ok=True)  # as --plots does
                 args.html.write_text(render_html(report, figures), encoding="utf-8")
                 written.append(args.html)
     except (InputError, OSError, KeyboardInterrupt):

@@ -79,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
         else:
             try:
                 with open_client(cluster) as client:
-                    summary = execute_plan(plan, DaskExecutor(client), progress=progress,
+                    executor = DaskExecutor(client, shared=cluster.kind == "address")
+                    summary = execute_plan(plan, executor, progress=progress,
                                            verify=args.verify, reextract=reextract)
             except Interrupted as stopped:  # counted again now that the workers have stopped
                 raise interrupted_run(plan, getattr(stopped, "skipped", 0)) from None

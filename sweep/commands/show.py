@@ -61,6 +61,7 @@ def run(args: argparse.Namespace) -> int:
 
         position = _drawn_layer(view, args.layer)
         figure = heatmap_figure(view, position, about.labels, about.picture, about.patch)
+        args.png.parent.mkdir(parents=True, exist_ok=True)
         figure.savefig(args.png, dpi=120, bbox_inches="tight")
         print(f"wrote {args.png} (layer {view.rows[position].layer})", file=sys.stderr)
     return 0
