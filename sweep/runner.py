@@ -325,12 +325,13 @@ class InProcessExecutor:
         return error
 
 
-def interrupted_run(plan: SweepPlan, skipped: int) -> Interrupted:
+def interrupted_run(plan: SweepPlan, skipped: int | None) -> Interrupted:
     """`Interrupted` with the done tasks counted from the store's markers now, as a rerun will
     count them: call it once the workers have stopped (tasks still running at the Ctrl-C write
-    their markers until then). `skipped`: tasks done before this run."""
+    their markers until then). `skipped`: tasks done before this run (None: no task ran yet)."""
     index = markers.MarkerIndex(plan.config.store_ref)
     done = sum(index.done(t.scope, t.marker) for t in plan.tasks)
+    skipped = done if skipped is None else skipped
     error = Interrupted(
         f"{done} of {len(plan.tasks)} tasks done ({done - skipped} in this run), "
         f"{len(plan.tasks) - done} pending; store {plan.config.store} unlocked; rerun to resume")
@@ -348,9 +349,12 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
     `raised` set (`InProcessExecutor(reraise=True)`) has its task's exception re-raised after
     the failed marker is written.
     """
-    pending = pending_tasks(plan, verify=verify, reextract=reextract)
-    keys = {t.key for t in pending}
-    finish_drops(plan, markers.MarkerIndex(plan.config.store_ref), keys)
+    try:  # the start-up check (a --verify re-hash reads the whole store) and finished drops
+        pending = pending_tasks(plan, verify=verify, reextract=reextract)
+        keys = {t.key for t in pending}
+        finish_drops(plan, markers.MarkerIndex(plan.config.store_ref), keys)
+    except KeyboardInterrupt:
+        raise interrupted_run(plan, None) from None
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
     try:
         outcomes, summary.blocked = executor.execute(plan, pending, plan.config.retries,

@@ -95,7 +95,8 @@ def test_a_negative_tolerance_in_exponent_form_is_a_value_not_a_flag(tmp_path, c
     for words in (["--tol", "-1e-9"], ["--tol=-1e-9"]):
         assert main(["check", str(tmp_path / "eye.npy"), *words]) == 2
         line = one_stderr_line(capsys.readouterr().err)
-        assert line.endswith("tolerance -1e-09 must be a finite number >= 0 (default 1e-12)")
+        assert line.endswith("tolerance -1e-09 must be a finite number in [0, 1) (default "
+                             "1e-12): kappa lies in [0, 1]")
 
 
 def test_ctrl_c_during_plan_exits_130(tmp_path):
@@ -439,3 +440,17 @@ def test_local_weights_overwritten_in_place_are_refused_by_file(tmp_path, capsys
     line = one_stderr_line(capsys.readouterr().err)
     assert "model 'rob' was extracted with other weights: model.safetensors changed" in line
     assert tree_digest(store) == before
+
+
+def test_ctrl_c_during_the_start_up_check_counts_what_is_done(tmp_path, reference, monkeypatch):
+    """A Ctrl-C while the start-up check runs (a --verify re-hash reads the whole store) ends
+    with the same one-line count as one during the tasks: none ran in this run."""
+    folder = copy_of(reference, tmp_path)
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep.runner, "pending_tasks", stopped)
+    with pytest.raises(Interrupted, match=r"^6 of 6 tasks done \(0 in this run\), 0 pending"):
+        run_sweep(load_config(folder / "sweep.yaml"), InProcessExecutor(), progress=False,
+                  verify=True)

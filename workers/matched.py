@@ -15,8 +15,9 @@ unchanged by permuting tokens (rows and columns together), so which |C| rows are
 not change the rate.
 
 Seeds: trials are cut into blocks of `workers.baseline.BLOCK`; block k draws its sizes in
-ascending order from SeedSequence(seed, spawn_key=(MATCHED_TAG, stable_int(model),
-stable_int(token set), null code, k)). Counts are the same however blocks are grouped into tasks.
+ascending order from SeedSequence(seed, spawn_key=(MATCHED_TAG, stable_int("model:<model>"),
+stable_int("token_set:<token set>"), null code, k)). Counts are the same however blocks are
+grouped into tasks.
 """
 
 from __future__ import annotations

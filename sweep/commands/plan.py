@@ -160,12 +160,12 @@ def plan(args: argparse.Namespace) -> int:
         config = load_config(default_config_path(), base=Path.cwd())
     else:
         config = load_config(args.config)
+    cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     print("resolved config:")
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
     check_size_early(config)
     facts, problems = collect_facts(config, progress=True)
     sweep_plan = build_plan(config, facts)
-    cluster = None if args.cluster is None else load_cluster_config(args.cluster)
     pools = None if cluster is None else cluster_pools(cluster)
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
     for line in describe(sweep_plan, problems, in_flight):
