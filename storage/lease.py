@@ -124,6 +124,13 @@ class Lease:
         for _ in range(3):  # a race lost to another run: look again
             generation, current = self._newest()
             now = time.time()
+            if current is None and generation and not break_lock:
+                data = self.location.read(_key(generation))
+                if data is not None:  # there, but not a lease record: whose is it?
+                    raise StoreBusyError(
+                        f"store {self.location}: its lease {_key(generation)} cannot be read "
+                        f"(not a lease record), so whether another run holds it is unknown; "
+                        f"make sure none does, then rerun with --break-lock")
             if current is not None and not current.released:
                 self._check_can_take(current, now, break_lock=break_lock, force=force)
             version = self.location.create(_key(generation + 1), self._record().encode())

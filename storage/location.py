@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import errno
 import functools
 import os
 import shutil
@@ -265,8 +266,29 @@ class LocalLocation(Location):
             raise
 
     def create(self, key: str, data: bytes) -> int | None:
+        """Whole or absent, like `write`: the bytes go to a temporary file that is hard-linked
+        into place (a link fails if the name exists), so no reader sees a created file empty."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(tmp, path)
+        except FileExistsError:
+            return None
+        except OSError as error:  # a filesystem without hard links: an exclusive open instead
+            if error.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP):
+                raise
+            return self._create_exclusive(path, data)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+        return path.stat().st_mtime_ns
+
+    @staticmethod
+    def _create_exclusive(path: Path, data: bytes) -> int | None:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         except FileExistsError:

@@ -101,3 +101,29 @@ def test_a_run_whose_lease_was_broken_leaves_the_store_to_its_taker():
         assert location.read(_key(taker.generation)) is not None
     finally:
         taker.release()
+
+
+def test_an_unreadable_lease_record_is_not_taken_over_without_break_lock():
+    """Garbage where the newest lease should be says nothing about its holder: refused, naming
+    the object and the way out; --break-lock takes it."""
+    location = fresh("garbage")
+    location.write(_key(1), b"\x00not json")
+    with pytest.raises(StoreBusyError, match="lease .*0000000001.json cannot be read .* "
+                                             "--break-lock"):
+        Lease(location, ttl=60).acquire()
+    lease = Lease(location, ttl=60)
+    lease.acquire(break_lock=True)
+    try:
+        assert lease.generation == 2
+    finally:
+        lease.release()
+
+
+def test_a_local_create_is_whole_or_absent(tmp_path):
+    """`create` on a folder links a finished temporary file into place: the name never holds
+    fewer bytes than were written, and a second create of it is refused."""
+    location = locate(str(tmp_path / "store"))
+    assert location.create(".sweep/device/m", b"cuda\n") is not None
+    assert location.create(".sweep/device/m", b"cpu\n") is None
+    assert location.read(".sweep/device/m") == b"cuda\n"
+    assert sorted(p.name for p in (tmp_path / "store" / ".sweep" / "device").iterdir()) == ["m"]
