@@ -56,7 +56,7 @@ def test_a_shared_cluster_gets_its_workers_logging_back_after_the_sweep():
     from sweep.quiet_logs import QuietTaskFailures
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
-                      dashboard_address=None) as cluster, Client(cluster) as client:
+                      dashboard_address=":0") as cluster, Client(cluster) as client:
         before = list(client.run(_worker_logging).values())[0]
         client.register_plugin(QuietTaskFailures())
         assert list(client.run(_worker_logging).values())[0][0] is True
