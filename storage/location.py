@@ -251,7 +251,8 @@ class LocalLocation(Location):
         except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
             return None
 
-    def write(self, key: str, data: bytes) -> None:
+    def _staged(self, key: str, data: bytes) -> tuple[Path, str]:
+        """`key`'s path (its folder made) and a synced temporary file beside it holding `data`."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
@@ -260,6 +261,14 @@ class LocalLocation(Location):
                 handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path, tmp
+
+    def write(self, key: str, data: bytes) -> None:
+        path, tmp = self._staged(key, data)
+        try:
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
@@ -268,14 +277,8 @@ class LocalLocation(Location):
     def create(self, key: str, data: bytes) -> int | None:
         """Whole or absent, like `write`: the bytes go to a temporary file that is hard-linked
         into place (a link fails if the name exists), so no reader sees a created file empty."""
-        path = self._path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        path, tmp = self._staged(key, data)
         try:
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             os.link(tmp, path)
         except FileExistsError:
             return None
