@@ -89,7 +89,7 @@ def run_command() -> NoReturn:
     SIGBUS after the right one-line message, about 1 `sweep status` in 20). Every store, lock
     and cluster is closed by then: `main`'s commands close them in their own `with` blocks."""
     try:
-        code = main()
+        code = main(own_process=True)
     except SystemExit as stop:  # argparse's usage errors and --help
         code = stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
         if isinstance(stop.code, str):
@@ -106,8 +106,10 @@ def run_command() -> NoReturn:
     os._exit(code)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the command `argv` names (default: the process's arguments); its exit code."""
+def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
+    """Run the command `argv` names (default: the process's arguments); its exit code.
+    `own_process`: the process ends with the command (`run_command`), so what it silences for
+    its close (Dask's loggers) may stay silenced."""
     remember_sigint()  # first: Ctrl-C raises KeyboardInterrupt from here on
     restore_sigint()
     words = joined_negative_values(sys.argv[1:] if argv is None else argv)
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             "sweep :", "sweep:"), file=sys.stderr)
         return 130
     try:
+        args.own_process = own_process
         return int(args.func(args) or 0)
     except BaseException as error:  # noqa: BLE001 - every fault gets one line, by cause
         fault = classify(error)

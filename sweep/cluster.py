@@ -46,15 +46,19 @@ def _dask_settings(cfg: ClusterConfig) -> dict[str, Any]:
 
 
 @contextmanager
-def open_client(cfg: ClusterConfig, *, out: TextIO | None = None) -> Iterator[Client]:
+def open_client(cfg: ClusterConfig, *, out: TextIO | None = None,
+                restore_logs: bool = True) -> Iterator[Client]:
     """Start (or reach) the cluster `cfg` describes and yield a Client; close both on exit.
 
     Prints one line with the dashboard address to `out` (default stderr). Closing silences
-    Dask's loggers in this process until both are closed (`sweep.quiet_logs`).
+    Dask's loggers in this process (`sweep.quiet_logs`) until both are closed, or for good with
+    `restore_logs=False` (`sweep run`, which exits soon after: asyncio logs a future the close
+    left unretrieved whenever it is collected, even after the close).
     """
     out = out if out is not None else sys.stderr
     with ExitStack() as stack:
-        stack.enter_context(restored_log_levels())
+        if restore_logs:
+            stack.enter_context(restored_log_levels())
         stack.enter_context(dask.config.set(_dask_settings(cfg)))
         if cfg.kind == "address":
             client = stack.enter_context(_address_client(cfg))

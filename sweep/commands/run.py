@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
                                    verify=args.verify, reextract=reextract)
         else:
             try:
-                with open_client(cluster) as client:
+                with open_client(cluster, restore_logs=not args.own_process) as client:
                     executor = DaskExecutor(client, shared=cluster.kind == "address")
                     summary = execute_plan(plan, executor, progress=progress,
                                            verify=args.verify, reextract=reextract)
