@@ -33,7 +33,7 @@ def pin_device(store: StoreLike, model: str, kind: str, setting: str) -> None:
     if location.create(device_key(model), f"{kind}\n".encode()) is not None:
         return
     pinned = pinned_device(store, model)
-    if pinned and pinned != kind:  # empty: a racing first write not yet filled in
+    if pinned is not None and pinned != kind:  # None: forgotten since (its group re-planned)
         raise EnvironmentFault(
             f"model {model!r}: its stored shards were extracted on {pinned}, but device: "
             f"{setting} resolves to {kind} on this worker (attention would differ in its last "

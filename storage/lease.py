@@ -207,12 +207,11 @@ class Lease:
                   f"retrying", file=sys.stderr)
             return True
         if version is None:
-            self.lost = "another run"
             try:
                 _, taker = self._newest()
             except Exception:  # noqa: BLE001 - the lease is lost either way; name who if we can
                 taker = None
-            self.lost = taker or self.lost
+            self.lost = taker or "another run"
             who = taker.describe(time.time()) if taker else "another run"
             print(f"sweep: store {self.location}: this run's lease was broken by {who}",
                   file=sys.stderr)

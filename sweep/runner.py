@@ -141,12 +141,14 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                 nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
                 seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
+    root = create_root(config.store_ref)  # writes nothing to a store that exists
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
-        stored = (stored_model_attrs(config.store_ref, model.name) or {}).get(WEIGHTS_ATTR)
+        group = root[model.name] if model.name in root else None
+        stored = group.attrs.get(WEIGHTS_ATTR) if group is not None and \
+            "fingerprint" in group.attrs else None
         weights[model.name] = weights_record(model.spec, stored)
         check_weights(config.store, model.name, stored, weights[model.name])
-    root = create_root(config.store_ref)
     for model in plan.models:
         if ensure_model(
             root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,

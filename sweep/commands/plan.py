@@ -21,6 +21,7 @@ from sweep.config import SweepConfig, default_config_path, load_config
 from sweep.freshness import measured_datasets
 from sweep.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
 from sweep.runner import error_line, gather_facts
+from workers.inputs import Dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,24 +45,29 @@ def human_bytes(n: float) -> str:
     raise AssertionError("unreachable")
 
 
-def check_size_early(config: SweepConfig) -> None:
+def check_size_early(config: SweepConfig) -> dict[str, Dataset]:
     """Refuse a sweep of more tasks than one plans (`check_plan_size`) from its datasets'
-    lengths, before any input is tokenized; skipped when a dataset cannot be opened here (the
-    plan names that model, and `build_plan` checks the size of the rest)."""
+    lengths, before any input is tokenized; returns the datasets it opened (per model), or
+    none when one cannot be opened here (the plan names that model, and `build_plan` checks
+    the size of the rest)."""
     try:
         datasets = measured_datasets(config)
     except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
-        return
+        return {}
     check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
+    return datasets
 
 
-def collect_facts(config: SweepConfig, *, progress: bool = False
+def collect_facts(config: SweepConfig, *, progress: bool = False,
+                  datasets: dict[str, Dataset] | None = None
                   ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
-    """Facts of every model that can be sized here; for the others, why not (one line each)."""
+    """Facts of every model that can be sized here; for the others, why not (one line each).
+    `datasets`: the models' inputs where already opened (`check_size_early`)."""
     facts, problems = {}, {}
     for name in config.models:
         try:
-            facts[name] = gather_facts(config, name, progress=progress)
+            facts[name] = gather_facts(config, name, progress=progress,
+                                       dataset=(datasets or {}).get(name))
         except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
             problems[name] = error_line(error)
     return facts, problems
@@ -163,8 +169,8 @@ def plan(args: argparse.Namespace) -> int:
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     print("resolved config:")
     print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
-    check_size_early(config)
-    facts, problems = collect_facts(config, progress=True)
+    datasets = check_size_early(config)
+    facts, problems = collect_facts(config, progress=True, datasets=datasets)
     sweep_plan = build_plan(config, facts)
     pools = None if cluster is None else cluster_pools(cluster)
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
