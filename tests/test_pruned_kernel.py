@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from storage.errors import NotStochasticError
 from tests.test_equality import oracle, pair_tv
+from tests.test_radius import brute_radius
 from workers import pruned
 from workers.equality import (
     DEFAULT_TOL,
@@ -57,11 +58,12 @@ def family(kind: str, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def full_oracle(a: np.ndarray, tol: float, special: np.ndarray | None) -> dict:
-    """`oracle` plus slack and content_gap as `EqualityResult` defines them."""
+    """`oracle` plus slack, content_gap and the decision radius as `EqualityResult` defines
+    them (no radius, None, without a pair)."""
     expected = oracle(a, tol, special)
     n = a.shape[0]
     if n < 2:
-        return expected | {"slack": np.inf, "content_gap": -np.inf}
+        return expected | {"slack": np.inf, "content_gap": -np.inf, "radius": None}
     tv = pair_tv(a)
     kappa = expected["kappa"]
     mask = np.zeros(n, dtype=bool) if special is None else special
@@ -75,12 +77,15 @@ def full_oracle(a: np.ndarray, tol: float, special: np.ndarray | None) -> dict:
                 gap = min(gap, kappa - tv[i, j])
     w = max(tol, SLACK_WINDOW)
     return expected | {"slack": slack if slack <= w else np.inf,
-                       "content_gap": gap if gap <= w else np.inf}
+                       "content_gap": gap if gap <= w else np.inf,
+                       "radius": brute_radius(a, np.arange(n), kappa, expected["margin"],
+                                              expected["holds"], tol)}
 
 
 def assert_exact(a: np.ndarray, tol: float = DEFAULT_TOL, special=None, **kwargs) -> None:
-    """Every field of check(a) equals the full oracle on every matrix, floats with ==."""
-    result = check(a, tol=tol, special=special, **kwargs)
+    """Every field of check(a, radius=True) equals the full oracle on every matrix, floats
+    with ==."""
+    result = check(a, tol=tol, special=special, radius=True, **kwargs)
     x = validate_stochastic(a)
     for m in range(x.shape[0]):
         mask = None if special is None else np.broadcast_to(special, x.shape[:2])[m]
@@ -89,6 +94,7 @@ def assert_exact(a: np.ndarray, tol: float = DEFAULT_TOL, special=None, **kwargs
             "attaining_special": bool(result.attaining_special[m]),
             "slack": float(result.slack[m]),
             "content_gap": float(result.content_gap[m]),
+            "radius": None if np.isnan(result.radius[m]) else float(result.radius[m]),
         }
         assert got == expected, (m, got, expected)
 
@@ -125,15 +131,16 @@ def test_the_three_drivers_agree_bit_for_bit(kind):
     special = np.zeros((3, n), dtype=bool)
     special[:, 0] = True
     runs = [
-        driver(a, True, ROW_SUM_TOL, DEFAULT_TOL, SLACK_WINDOW, special, True,
+        driver(a, True, ROW_SUM_TOL, DEFAULT_TOL, SLACK_WINDOW, special, True, True,
                *pruned.buffers(n, True, threads))
         for driver, threads in ((pruned.check_serial, 1), (pruned.check_within_matrices, 1),
                                 (pruned.check_over_matrices, 2))
     ]
-    for out_f, out_i, bad in runs[1:]:
+    for out_f, out_i, out_r, bad in runs[1:]:
         assert bad == 0
         np.testing.assert_array_equal(out_f, runs[0][0])
         np.testing.assert_array_equal(out_i, runs[0][1])
+        np.testing.assert_array_equal(out_r, runs[0][2])
     assert_exact(a[:1], special=special[0])
 
 
@@ -215,7 +222,7 @@ def test_a_long_check_reports_progress_per_chunk_and_returns_the_same_numbers(mo
     real = pruned.check_within_matrices
 
     def counting(*args):
-        assert len(args) == 11 and callable(args[-1])  # the tick is passed on this path only
+        assert len(args) == 12 and callable(args[-1])  # the tick is passed on this path only
         return real(*args[:-1], lambda: ticks.append(1))
 
     monkeypatch.setattr(pruned, "CHUNK_WORK", 1e5)  # many chunks at a small n

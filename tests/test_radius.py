@@ -1,6 +1,7 @@
 """The decision radius (workers/radius.py, docs/readings.md): equal to a float64 brute force bit
-for bit, no stochastic perturbation inside it flips a verdict, and where one pair decides a
-perturbation just beyond it does."""
+for bit on every path that computes it (`check(..., radius=True)` on each kernel driver, the
+`content-pairs` reading), no stochastic perturbation inside it flips a verdict, and where one
+pair decides a perturbation just beyond it does."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import numpy as np
 import pytest
 
 from workers.equality import check, restrict_layers, validate_stochastic
-from workers.radius import decision_radius
 from workers.tasks import evaluate_input
 from workers.token_kinds import TokenKind
 
@@ -55,26 +55,28 @@ def verdicts(x: np.ndarray):
     return r.kappa[0], r.margin[0], bool(r.holds[0])
 
 
+def radius_of(x: np.ndarray) -> float:
+    """The radius `check` stores for one (n, n) matrix."""
+    return float(check(x, tol=TOL, radius=True).radius[0])
+
+
 def test_radius_equals_the_float64_brute_force_bit_for_bit():
     cases = matrices(0)
     tight = 0
     for a in cases:
         x = validate_stochastic(a)  # float64, rows renormalised
-        r = check(x, tol=TOL, validate=False)
+        r = check(x, tol=TOL, validate=False, radius=True)
         rows = np.arange(x.shape[1])
-        got = decision_radius(x, rows, r.kappa, r.margin, r.holds, TOL)
         want = brute_radius(x[0], rows, r.kappa[0], r.margin[0], bool(r.holds[0]), TOL)
-        assert got[0] == want, (a, got, want)
+        assert r.radius[0] == want, (a, r.radius, want)
         tight += int(r.holds[0])
     assert 0 < tight < len(cases)  # both verdicts are exercised
 
 
 def test_uniform_rows_have_radius_zero_and_one_hot_rows_radius_one():
     for a, want in ((np.full((4, 4), 0.25), 0.0), (np.eye(3), 1.0)):
-        kappa, margin, holds = verdicts(a)
-        assert holds
-        got = decision_radius(a[None], np.arange(a.shape[0]), [kappa], [margin], [holds], TOL)
-        assert got[0] == want
+        assert verdicts(a)[2]
+        assert radius_of(a) == want
 
 
 def perturb(x: np.ndarray, rho: float, rng: np.random.Generator) -> np.ndarray:
@@ -97,9 +99,8 @@ def test_no_perturbation_within_the_radius_changes_the_verdict():
     tried = 0
     for a in matrices(2):
         x = a / a.sum(axis=1, keepdims=True)
-        kappa, margin, holds = verdicts(x)
-        radius = decision_radius(x[None], np.arange(x.shape[0]), [kappa], [margin], [holds],
-                                 TOL)[0]
+        holds = verdicts(x)[2]
+        radius = radius_of(x)
         if radius < 1e-9:
             continue
         for _ in range(200):
@@ -117,8 +118,8 @@ def two_rows(a00: float, a10: float) -> np.ndarray:
 @pytest.mark.parametrize(("a00", "a10"), [(0.7, 0.4), (0.4, 0.7), (0.5, 0.45), (0.45, 0.5)])
 def test_at_n_2_a_perturbation_just_beyond_the_radius_flips(a00, a10):
     x = two_rows(a00, a10)
-    kappa, margin, holds = verdicts(x)
-    radius = decision_radius(x[None], np.arange(2), [kappa], [margin], [holds], TOL)[0]
+    holds = verdicts(x)[2]
+    radius = radius_of(x)
     assert radius == pytest.approx(abs(a00 - a10), abs=1e-12)  # tight iff A_00 >= A_10
     sign = 1.0 if holds else -1.0  # move the rows' first entries toward each other
     for rho, flips in ((0.999 * radius, False), (1.001 * radius, True)):
@@ -143,16 +144,16 @@ def moved_three(rho: float) -> np.ndarray:
 
 
 def test_at_n_3_the_radius_is_attained_where_one_pair_decides():
-    kappa, margin, holds = verdicts(THREE)
-    radius = decision_radius(THREE[None], np.arange(3), [kappa], [margin], [holds], TOL)[0]
+    holds = verdicts(THREE)[2]
+    radius = radius_of(THREE)
     assert holds and radius == pytest.approx(0.05, abs=1e-15)
     assert verdicts(moved_three(0.999 * radius))[2]
     assert not verdicts(moved_three(1.001 * radius))[2]
     # the failing matrix at rho = 0.06 (g = -0.01) flips back beyond 0.01, not within it;
     # its margin is 0.005: the pair bound, not the margin, gives the radius here
     failing = moved_three(0.06)
-    kappa, margin, holds = verdicts(failing)
-    radius = decision_radius(failing[None], np.arange(3), [kappa], [margin], [holds], TOL)[0]
+    _, margin, holds = verdicts(failing)
+    radius = radius_of(failing)
     assert not holds and margin == pytest.approx(0.005) and radius == pytest.approx(0.01)
     back = np.array(failing)
     for rho, tight in ((0.999 * radius, False), (1.001 * radius, True)):

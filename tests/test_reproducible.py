@@ -4,10 +4,13 @@ on 1 thread or on 2 (training and extraction fix their own count: `workers.deter
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import numba
 import numpy as np
 import pytest
+import threadpoolctl
 import torch
 from safetensors.torch import load_file
 
@@ -105,3 +108,62 @@ def test_threads_of_one_worker_may_enter_together_whatever_count_each_had(proces
     for thread in threads:
         thread.join(60)
     assert errors == [] and seen == [1]
+
+
+def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:
+    """(layers, t, t) float32 softmax rows with a sink column and a diagonal boost."""
+    logits = 2.0 * rng.normal(size=(layers, t, t))
+    logits[:, :, 0] += 4.0
+    logits[:, np.arange(t), np.arange(t)] += 2.0
+    e = np.exp(logits - logits.max(axis=2, keepdims=True))
+    return (e / e.sum(axis=2, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize(("layers", "t"), [(12, 40), (2, 420)])
+def test_the_test_stage_on_one_and_on_two_numba_threads_gives_the_same_cells(layers, t):
+    """Every result variable, the decision radius included, whichever kernel driver the thread
+    count picks (matrices over threads at 12 layers; at 2 layers of n >= PARALLEL_MIN_N, one
+    matrix at a time spread over the threads against one thread)."""
+    from workers.tasks import evaluate_input
+    from workers.token_kinds import TokenKind
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("numba was started with one thread")
+    stack = attention_like(np.random.default_rng(t), layers, t)
+    kinds = np.full(t, TokenKind.CONTENT, dtype=np.int8)
+    kinds[0] = TokenKind.CLS
+    saved = numba.get_num_threads()
+    cells = {}
+    try:
+        for threads in (1, 2):
+            numba.set_num_threads(threads)
+            cells[threads] = {s: evaluate_input(stack, kinds, s, 1e-12) for s in ("all", "content")}
+    finally:
+        numba.set_num_threads(saved)
+    for token_set, one in cells[1].items():
+        assert np.isfinite(one["radius"]).all()
+        for name, values in one.items():
+            np.testing.assert_array_equal(values, cells[2][token_set][name],
+                                          err_msg=f"{token_set} {name}", strict=True)
+
+
+def test_extraction_torch_threads_do_not_reach_numba_or_blas():
+    """`fixed_torch(1)`, entered in a worker thread as extraction does, leaves numba's and the
+    BLAS libraries' thread counts as they were, inside the block and after it."""
+    def counts() -> tuple[int, set[int]]:
+        blas = {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+        return numba.get_num_threads(), blas
+
+    before, seen = counts(), []
+
+    def extraction() -> None:
+        with fixed_torch(1):
+            seen.append(counts())
+        seen.append(counts())
+
+    worker = threading.Thread(target=extraction)
+    worker.start()
+    worker.join(30)
+    assert seen == [before, before]
+    assert counts() == before

@@ -4,7 +4,6 @@ float64 screen and `check`'s kappa, including ties; the products reuse per-threa
 
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import numpy as np
@@ -121,7 +120,9 @@ def test_scratch_reuses_memory_until_it_is_too_large():
 
 def test_rollout_products_run_on_one_blas_thread_and_leave_the_setting_as_it_was(monkeypatch):
     """The products run with every BLAS library on one thread (OpenBLAS's results depend on its
-    thread count); where BLAS already runs on one thread nothing is changed or restored."""
+    thread count), libraries loaded after the first rollout included (scipy's, here: this
+    module's earlier tests ran rollouts before scipy was imported when it runs alone); where
+    BLAS already runs on one thread nothing is changed or restored."""
     seen = []
     real = np.matmul
 
@@ -142,6 +143,41 @@ def test_rollout_products_run_on_one_blas_thread_and_leave_the_setting_as_it_was
         assert blas_threads() == {2}
     assert seen == [{1}, {1}]
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
-        assert isinstance(equality._one_blas_thread(), contextlib.nullcontext)
+        limits = []
+        monkeypatch.setattr(equality._blas(), "limit", lambda **kw: limits.append(kw))
         rollout_products(layers)
+        assert limits == []  # one thread already: no limit applied, none to restore
     assert seen[2:] == [{1}, {1}]
+
+
+def test_concurrent_rollouts_share_the_one_thread_blas_limit():
+    """A second rollout enters while the first is inside (no waiting on each other: both cores
+    multiply), both on one BLAS thread, and the setting comes back when the last one leaves.
+    (The process's own BLAS setting: a limit set by an outer threadpoolctl context in another
+    thread does not move OpenBLAS's count from a worker thread here.)"""
+    def blas_threads() -> set[int]:
+        return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
+                if lib["user_api"] == "blas"}
+
+    before = blas_threads()
+    if before == {1}:
+        pytest.skip("BLAS runs on one thread here already: nothing to share")
+    inside, release, seen = threading.Event(), threading.Event(), []
+
+    def first() -> None:
+        with equality._one_blas_thread():
+            seen.append(blas_threads())
+            inside.set()
+            release.wait(10)
+        seen.append("first left")
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    assert inside.wait(10)
+    with equality._one_blas_thread():  # would block here if the first held a lock
+        seen.append(blas_threads())
+        release.set()
+        worker.join(10)
+        seen.append(blas_threads())  # the first left; this one still holds the limit
+    assert seen == [{1}, {1}, "first left", {1}]
+    assert blas_threads() == before

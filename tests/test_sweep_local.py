@@ -19,10 +19,10 @@ from sweep.config import load_config
 from sweep.graph import DaskExecutor
 from sweep.runner import InProcessExecutor, run_sweep
 from tests.store_fixtures import stored_arrays as arrays
+from tests.test_radius import brute_radius
 from workers.baseline import baseline_blocks, holding_in_blocks
 from workers.equality import check, restrict, rollout, validate_stochastic
 from workers.nulls import NULLS
-from workers.radius import decision_radius
 from workers.readings import attaining_kinds
 from workers.token_kinds import keep_mask, special_mask
 
@@ -109,9 +109,9 @@ def numpy_loop(store: Path, model: str) -> dict[str, np.ndarray]:
                     out["attaining_kind"][cell] = attaining_kinds(
                         r.matrix[None], kinds[r.kept], result.kappa, result.attaining_special,
                         1e-12)[0]
-                    out["radius"][cell] = decision_radius(
-                        validate_stochastic(r.matrix), np.arange(r.kept.size), result.kappa,
-                        result.margin, result.holds, 1e-12)[0]
+                    out["radius"][cell] = brute_radius(
+                        validate_stochastic(r.matrix)[0], np.arange(r.kept.size),
+                        result.kappa[0], result.margin[0], bool(result.holds[0]), 1e-12)
                     out["n_kept"][cell] = keep.sum()
                     out["status"][cell] = ResultStatus.OK
                 kappa_r, bound_r = rollout(np.stack(restricted))

@@ -7,7 +7,6 @@ from __future__ import annotations
 import numpy as np
 
 from workers.equality import EqualityResult, rollout
-from workers.radius import decision_radius
 
 CHECKED = ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
            "attaining_pairs", "attaining_special", "slack", "content_gap")
@@ -15,10 +14,13 @@ CHECKED = ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_charac
 
 def fill_verdicts(out: dict[str, np.ndarray], result: EqualityResult, ok: np.ndarray,
                   kept: np.ndarray) -> None:
-    """Copy `result` (one row per ok layer) into the ok layers of `out`; the returned pair is
-    mapped back to the input's token axis through `kept` (-1 where there is none)."""
+    """Copy `result` (one row per ok layer; its radius too, when it has one) into the ok layers
+    of `out`; the returned pair is mapped back to the input's token axis through `kept` (-1
+    where there is none)."""
     for name in CHECKED:
         out[name][ok] = getattr(result, name)
+    if result.radius is not None:
+        out["radius"][ok] = result.radius
     has_pair = result.pair[:, 0] >= 0
     out["pair_i"][ok] = np.where(has_pair, kept[result.pair[:, 0]], -1)
     out["pair_j"][ok] = np.where(has_pair, kept[result.pair[:, 1]], -1)
@@ -37,11 +39,3 @@ def fill_rollout(out: dict[str, np.ndarray], stack: np.ndarray, bounds: np.ndarr
         kappa_r, bound_r = rollout(stack[:prefix], bounds=bounds[:prefix], validate=False)
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
-
-
-def fill_radius(out: dict[str, np.ndarray], stack: np.ndarray, rows: np.ndarray, ok: np.ndarray,
-                tol: float) -> None:
-    """The decision radius of the ok layers' tested `stack` (pairs of `rows`, on the stack's own
-    axis), from the verdicts already in `out`."""
-    out["radius"][ok] = decision_radius(stack, rows, out["kappa"][ok], out["margin"][ok],
-                                        out["holds"][ok], tol)

@@ -15,6 +15,7 @@ import contextlib
 import functools
 import sys
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numba
@@ -119,6 +120,8 @@ class EqualityResult:
     content_gap: np.ndarray  # (b,) float64: min over pairs with no special token of
     # kappa - kappa_ij; exact up to max(tol, SLACK_WINDOW), +inf above it or when every pair
     # has a special token, -inf when n = 1 (no pair attains); 0 when no mask is given
+    radius: np.ndarray | None = None  # (b,) float64: the decision radius (`workers.radius`)
+    # when `check` was asked for it, NaN where n = 1; None otherwise
 
     @property
     def disagreements(self) -> int:
@@ -195,11 +198,12 @@ def _buffers(n: int, validate: bool, threads: int) -> tuple[np.ndarray, ...]:
 
 def _check_cpu(
     a: np.ndarray, validate: bool, tol: float, mask: np.ndarray, has_special: bool,
-    source: np.ndarray, progress: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
+    source: np.ndarray, progress: bool = False, radius: bool = False,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The pruned exact kernel (`workers.pruned`) on a (b, n, n) batch: float32/float64 rows
-    validated and renormalised per matrix when `validate`, else trusted float64. Raises
-    `validate_stochastic(source)`'s error on invalid input (`source`: the caller's array)."""
+    validated and renormalised per matrix when `validate`, else trusted float64; out_f, out_i
+    and the radii (NaN unless `radius`). Raises `validate_stochastic(source)`'s error on invalid
+    input (`source`: the caller's array)."""
     threads = numba.get_num_threads()
     b, n = a.shape[0], a.shape[1]
     if b >= MATRICES_PER_THREAD * threads or (b >= threads > 1 and n < PARALLEL_MIN_N):
@@ -216,15 +220,15 @@ def _check_cpu(
         with _KERNEL_LOCK:
             buffers = _buffers(n, validate, buffer_threads)
             extra = (bar.update,) if bar is not None else ()
-            out_f, out_i, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask,
-                                    has_special, *buffers, *extra)
+            out_f, out_i, out_r, bad = run(a, validate, ROW_SUM_TOL, tol, SLACK_WINDOW, mask,
+                                           has_special, radius, *buffers, *extra)
     finally:
         if bar is not None:
             bar.close()
     if bad:
         validate_stochastic(source)  # names the first offender
         raise RuntimeError("the kernel rejected a batch validate_stochastic accepts")
-    return out_f, out_i
+    return out_f, out_i, out_r
 
 
 def check(
@@ -234,6 +238,7 @@ def check(
     validate: bool = True,
     device: str | None = None,
     progress: bool = False,
+    radius: bool = False,
 ) -> EqualityResult:
     """The equality test on an (n, n) or (b, n, n) row-stochastic batch, exact in float64.
 
@@ -244,7 +249,12 @@ def check(
     verify in the oracle's float64 order and return the same numbers.
     `progress`: a bar on stderr (a terminal only) for a single large matrix whose check takes
     longer than PROGRESS_DELAY_S (ties everywhere); Ctrl-C acts between its chunks either way.
+    `radius`: also each matrix's decision radius (`workers.radius`), found on the CPU kernel's
+    own screen (InputError with a `device`).
     """
+    if radius and device is not None:
+        raise InputError(f"the decision radius is computed by the CPU kernel: call check with "
+                         f"device=None, not {device!r}, to get it")
     if not (np.isfinite(tol) and 0 <= tol < 1):
         raise InputError(f"tolerance {tol!r} must be a finite number in [0, 1) (default "
                          f"{DEFAULT_TOL}): kappa lies in [0, 1]")
@@ -260,10 +270,12 @@ def check(
         x = np.ascontiguousarray(x)
     b, n = x.shape[0], x.shape[1]
     mask, has_special = _special_mask(special, b, n)
+    radii = None
     if device is not None:
         out_f, out_i = _check_torch(x, float(tol), mask, has_special, device)
     else:
-        out_f, out_i = _check_cpu(x, validate, float(tol), mask, has_special, a, progress)
+        out_f, out_i, radii = _check_cpu(x, validate, float(tol), mask, has_special, a,
+                                         progress, radius)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
     bound = 0.5 * (1.0 + kappa)
     margin = bound - kappa_factor
@@ -279,6 +291,7 @@ def check(
         attaining_pairs=out_i[:, 3].copy(),
         slack=out_f[:, 2].copy(),
         content_gap=out_f[:, 3].copy(),
+        radius=radii if radius else None,
     )
 
 
@@ -294,23 +307,48 @@ def kappa_only(x: np.ndarray) -> np.ndarray:
         return pruned.kappa_over_matrices(x, qs, screens, kernel.tile_order(x.shape[1]))
 
 
-_BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread
+_BLAS_LOCK = threading.Lock()  # guards the count of rollouts inside `_one_blas_thread`
+_blas_users = 0
+_blas_limit = None  # the threadpoolctl limit the first user applied, restored by the last
 
 
-@functools.cache
+_controller: tuple[int, threadpoolctl.ThreadpoolController | None] = (-1, None)
+
+
 def _blas() -> threadpoolctl.ThreadpoolController:
-    """threadpoolctl's controller of the BLAS libraries loaded (thread counts are read live)."""
-    return threadpoolctl.ThreadpoolController().select(user_api="blas")
+    """threadpoolctl's controller of the BLAS libraries loaded (thread counts are read live),
+    found again when modules were imported since the last call (an extension module may have
+    loaded another BLAS: scipy brings its own); finding them costs about 1 ms, a count 1 µs."""
+    global _controller
+    if _controller[0] != len(sys.modules):
+        _controller = (len(sys.modules),
+                       threadpoolctl.ThreadpoolController().select(user_api="blas"))
+    return _controller[1]
 
 
-def _one_blas_thread() -> contextlib.AbstractContextManager:
-    """A context in which BLAS runs on one thread: nothing to change where every BLAS library
-    already does (a Dask worker's, whose nanny sets OPENBLAS_NUM_THREADS=1), which saves
-    threadpoolctl's query and restore (a call on 12 layers of 8 x 8: 54-63 µs, against
-    78-142 µs with the limit; five interleaved timings); hold _BLAS_LOCK."""
-    if all(lib.num_threads == 1 for lib in _blas().lib_controllers):
-        return contextlib.nullcontext()
-    return _blas().limit(limits=1)
+@contextlib.contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """A context in which every BLAS library runs on one thread, shared by concurrent users
+    (the limit is process-wide): the first to enter applies threadpoolctl's limit where a library
+    runs on more threads, the last to leave restores it. So two rollouts at once (two test tasks
+    on the thread workers of the default local cluster) multiply on both cores, each on one BLAS
+    thread. Where every library already runs on one (a Dask worker process, whose nanny sets
+    OPENBLAS_NUM_THREADS=1) nothing is changed, which saves threadpoolctl's limit and restore
+    (a call on 12 layers of 8 x 8: 54-63 µs, against 78-142 µs with the limit; five
+    interleaved timings)."""
+    global _blas_users, _blas_limit
+    with _BLAS_LOCK:
+        if _blas_users == 0 and any(lib.num_threads != 1 for lib in _blas().lib_controllers):
+            _blas_limit = _blas().limit(limits=1)
+        _blas_users += 1
+    try:
+        yield
+    finally:
+        with _BLAS_LOCK:
+            _blas_users -= 1
+            if _blas_users == 0 and _blas_limit is not None:
+                _blas_limit.restore_original_limits()
+                _blas_limit = None
 
 
 @dataclass(frozen=True)
@@ -405,11 +443,11 @@ def _restrict_layers_numpy(
 
 def rollout_products(x: np.ndarray, reuse: bool = False) -> np.ndarray:
     """R_l = M_l @ R_{l-1}, R_1 = M_1, M_l = 0.5 * (eye + A_l) of a validated float64 (L, n, n)
-    stack; (L, n, n) float64. The products run on one BLAS thread (under a lock: the limit is
-    process-wide), so R_l does not depend on how many threads BLAS has where the rollout runs
-    (OpenBLAS's results do), and no BLAS threads are left spinning to slow the numba kernels
-    that follow. `reuse`: factors and products live in this thread's scratch buffers
-    (`workers.scratch`), valid until its next `reuse` call."""
+    stack; (L, n, n) float64. The products run on one BLAS thread (`_one_blas_thread`), so R_l
+    does not depend on how many threads BLAS has where the rollout runs (OpenBLAS's results
+    do), and no BLAS threads are left spinning to slow the numba kernels that follow. `reuse`:
+    factors and products live in this thread's scratch buffers (`workers.scratch`), valid until
+    its next `reuse` call."""
     n_layers, n = x.shape[0], x.shape[1]
     if reuse:
         factors = scratch("rollout-factors", x.shape)
@@ -421,7 +459,7 @@ def rollout_products(x: np.ndarray, reuse: bool = False) -> np.ndarray:
     factors[:, diagonal, diagonal] += 1.0  # eye + A: off the diagonal A_ik + 0.0 == A_ik
     factors *= 0.5  # (layer, row, column)
     products[0] = factors[0]
-    with _BLAS_LOCK, _one_blas_thread():
+    with _one_blas_thread():
         for layer in range(1, n_layers):
             np.matmul(factors[layer], products[layer - 1], out=products[layer])
     return products

@@ -48,6 +48,7 @@ from workers.kernel import (
     tv_pairs,
     tv_pairs_sparse,
 )
+from workers.radius import screened_radius
 
 SCALE = 65280.0  # quantisation scale for rows summing to 1: sum_k q_ik <= 65280 (1 + 1e-3) < 2^16
 LANES = 16  # columns are padded with zeros to whole 16-lane vectors
@@ -206,13 +207,26 @@ def _limit(value: float, scale: float) -> int:
 
 
 @njit(cache=True)
-def select_and_verify(x, screened, scale, rmax, tol, window, special, has_special,
-                      out_f, out_i, m):
+def select_and_verify(x, screened, scale, rmax, tol, window, special, has_special, radius,
+                      out_f, out_i, out_r, m):
     """Prune and verify one (n >= 2, n) matrix x from its screen `screened` (Q_ij, i < j) of
     q <= scale * x; rmax >= every exact row sum of x. Fills row m of out_f, out_i exactly as
-    `kernel.exact_verdict` defines them."""
-    a_i, a_j, m_i, m_j = select(x, screened, scale, rmax, tol, window)
+    `kernel.exact_verdict` defines them, and with `radius` out_r[m] (`radius_of`)."""
+    a_i, a_j, m_i, m_j, row_min = select(x, screened, scale, rmax, tol, window)
     exact_verdict(x, a_i, a_j, m_i, m_j, tol, window, special, has_special, out_f, out_i, m)
+    if radius:
+        radius_of(x, screened, row_min, scale, rmax, tol, out_f, out_r, m)
+
+
+@njit(cache=True)
+def radius_of(x, screened, row_min, scale, rmax, tol, out_f, out_r, m):
+    """out_r[m] = the decision radius (`workers.radius.screened_radius`) of matrix m, whose
+    verdict is row m of out_f, on the screen that verdict was found with; margin as `check`
+    computes it (bound - kappa(M))."""
+    kappa = out_f[m, 0]
+    margin = 0.5 * (1.0 + kappa) - out_f[m, 1]
+    out_r[m] = screened_radius(x, screened, row_min, scale, bound_constants(x.shape[0], rmax)[1],
+                               kappa, margin, tol)
 
 
 @njit(cache=True)
@@ -271,7 +285,8 @@ def pairs_at_most(screened, row_min, limit):
 @njit(cache=True)
 def select(x, screened, scale, rmax, tol, window):
     """The candidate pairs of one (n >= 2, n) matrix x from its screen, as
-    `kernel.exact_verdict` needs them: (a_i, a_j, m_i, m_j) int32, row-major order.
+    `kernel.exact_verdict` needs them: (a_i, a_j, m_i, m_j) int32, row-major order, and each
+    row's smallest Q (`kappa_candidates`' row_min).
 
     U_ij = c0 - Q_ij / scale bounds the oracle's kappa_ij from above and
     (1 + U_ij)/2 - s_ij/2 + 2 err its kappa_ij(M); exact values of the best-bounded pairs bound
@@ -314,7 +329,7 @@ def select(x, screened, scale, rmax, tol, window):
         if bound + 2.0 * err >= low_m:
             m_i[c], m_j[c] = i, j
             c += 1
-    return a_i, a_j, m_i[:c], m_j[:c]
+    return a_i, a_j, m_i[:c], m_j[:c], row_min
 
 
 @njit(parallel=True, cache=True)
@@ -403,44 +418,48 @@ def quantise_matrix(x, q, scale) -> None:
 
 
 @njit(parallel=True, cache=True)
-def check_over_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
-                        screens):
+def check_over_matrices(a, validate, row_sum_tol, tol, window, special, has_special, radius, xs,
+                        qs, screens):
     """The exact verdict of every matrix of a (b, n, n) batch, matrices spread over the threads
     of the `buffers` xs, qs, screens (thread t takes t, t + threads, ..., with its own buffers).
 
     `validate`: rows are checked and renormalised (any real dtype); else a is trusted float64
-    already renormalised. Returns out_f (b, 4), out_i (b, 5) (`kernel.exact_verdict`) and the
+    already renormalised. Returns out_f (b, 4), out_i (b, 5) (`kernel.exact_verdict`), out_r
+    (b,) the decision radius with `radius` (`radius_of`; NaN without, and where n < 2) and the
     number of invalid matrices (their rows of out_* undefined: the caller raises).
     """
     b = a.shape[0]
     threads = qs.shape[0]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
+    out_r = np.full(b, np.nan)
     bad = np.zeros(threads, dtype=np.int64)
     for t in prange(threads):
         for m in range(t, b, threads):
             bad[t] += _one(a[m], validate, xs[t], qs[t], screens[t], row_sum_tol, tol, window,
-                           special[m], has_special, out_f, out_i, m)
-    return out_f, out_i, bad.sum()
+                           special[m], has_special, radius, out_f, out_i, out_r, m)
+    return out_f, out_i, out_r, bad.sum()
 
 
 @njit(cache=True)
-def check_serial(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs, screens):
+def check_serial(a, validate, row_sum_tol, tol, window, special, has_special, radius, xs, qs,
+                 screens):
     """As `check_over_matrices` on the calling thread alone with the buffers of thread 0 (no
     parallel launch: small work)."""
     b = a.shape[0]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
+    out_r = np.full(b, np.nan)
     bad = 0
     for m in range(b):
         bad += _one(a[m], validate, xs[0], qs[0], screens[0], row_sum_tol, tol, window,
-                    special[m], has_special, out_f, out_i, m)
-    return out_f, out_i, bad
+                    special[m], has_special, radius, out_f, out_i, out_r, m)
+    return out_f, out_i, out_r, bad
 
 
 @njit(cache=True)
-def _one(a, validate, x, q, screened, row_sum_tol, tol, window, special, has_special,
-         out_f, out_i, m) -> int:
+def _one(a, validate, x, q, screened, row_sum_tol, tol, window, special, has_special, radius,
+         out_f, out_i, out_r, m) -> int:
     """Prepare, screen and verify matrix m on one thread; 1 when its input is invalid."""
     n = a.shape[0]
     if validate:
@@ -452,8 +471,8 @@ def _one(a, validate, x, q, screened, row_sum_tol, tol, window, special, has_spe
             no_pair(out_f, out_i, m)
             return 0
         screen_serial(q, n, screened)
-        select_and_verify(x, screened, scale, rmax, tol, window, special, has_special,
-                          out_f, out_i, m)
+        select_and_verify(x, screened, scale, rmax, tol, window, special, has_special, radius,
+                          out_f, out_i, out_r, m)
         return 0
     if n < 2:
         no_pair(out_f, out_i, m)
@@ -463,8 +482,8 @@ def _one(a, validate, x, q, screened, row_sum_tol, tol, window, special, has_spe
     scale = scale_for(rmax)
     quantise_matrix(matrix, q, scale)
     screen_serial(q, n, screened)
-    select_and_verify(matrix, screened, scale, rmax, tol, window, special, has_special,
-                      out_f, out_i, m)
+    select_and_verify(matrix, screened, scale, rmax, tol, window, special, has_special, radius,
+                      out_f, out_i, out_r, m)
     return 0
 
 
@@ -482,8 +501,8 @@ CHUNK_WORK = 2e8  # float64 terms per chunk of a long check (about 0.1-0.5 s): C
 # between chunks
 
 
-def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, xs, qs,
-                          screens, tick=None):
+def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_special, radius,
+                          xs, qs, screens, tick=None):
     """As `check_over_matrices`, one matrix at a time with the buffers of thread 0, each stage
     spread over the numba threads and cut into chunks of about CHUNK_WORK that return to Python
     in between, so that a long check (ties everywhere at large n) can be interrupted; `tick`
@@ -492,6 +511,7 @@ def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_sp
     b, n = a.shape[0], a.shape[1]
     out_f = np.empty((b, 4), dtype=np.float64)
     out_i = np.empty((b, 5), dtype=np.int64)
+    out_r = np.full(b, np.nan)
     x, q, screened = xs[0], qs[0], screens[0]
     bad = 0
     for m in range(b):
@@ -518,12 +538,15 @@ def check_within_matrices(a, validate, row_sum_tol, tol, window, special, has_sp
         for lo in range(0, total, step):
             screen_parallel(q, n, screened, lo, min(total, lo + step))
             tick()
-        a_i, a_j, m_i, m_j = select(matrix, screened, scale, rmax, tol, window)
+        a_i, a_j, m_i, m_j, row_min = select(matrix, screened, scale, rmax, tol, window)
         kappa_factor = tv_chunked(matrix, m_i, m_j, True, maximum=True, tick=tick)[0]
         a_tv = tv_chunked(matrix, a_i, a_j, False, tick=tick)
         characterise(matrix, a_i, a_j, a_tv, kappa_factor, tol, window, special[m],
                      has_special, out_f, out_i, m)
-    return out_f, out_i, bad
+        if radius:
+            radius_of(matrix, screened, row_min, scale, rmax, tol, out_f, out_r, m)
+            tick()
+    return out_f, out_i, out_r, bad
 
 
 @njit(parallel=True, cache=True)

@@ -18,8 +18,14 @@ Both are lower bounds of the true radius, exact when one pair decides (n = 2 alw
 perturbation with ||E|| < radius changes the verdict (in exact arithmetic on the perturbed
 matrix: the test's own float64 rounding, ~n 2^-53, is far below any dtype's). Every float equals
 a float64 brute force (a plain double loop over the pairs, `tests/test_radius.py`) bit for bit,
-kappa_p summed as `kernel.tv_one` sums it; pairs that cannot lower the running minimum are
-skipped.
+kappa_p summed as `kernel.tv_one` sums it.
+
+Cost: `screened_radius` runs inside `check`'s kernel on the 16-bit screen the kernel already
+made (`workers.pruned`): Q_p gives an upper bound U_p >= kappa_p, so (kappa - U_p)/2 bounds a
+pair's kappa term from below. Pairs are visited in rising bands of that lower bound (LEVELS);
+only pairs whose bound and self-dominance term are both below the running minimum are summed,
+and a band that ends with the minimum inside it ends the search. `listed_radius` takes every
+pair's kappa_p already summed (the `content-pairs` reading sums them all anyway).
 """
 
 from __future__ import annotations
@@ -29,6 +35,11 @@ from numba import njit
 
 from workers.kernel import tv_one
 
+LEVELS = np.array([2.0**-12, 2.0**-9, 2.0**-6, 2.0**-3, np.inf])
+"""Upper ends of the bands of the pairs' lower bounds, visited in order: attention's radii lie
+mostly below 2^-9, so the first bands hold the pairs that decide and the later ones are reached
+only when the minimum is large."""
+
 
 @njit(cache=True)
 def dominance_gap(x: np.ndarray, i: int, j: int) -> float:
@@ -36,94 +47,99 @@ def dominance_gap(x: np.ndarray, i: int, j: int) -> float:
     return min(x[i, i] - x[j, i], x[j, j] - x[i, j])
 
 
-SCREEN_SLACK = 1e-9  # far above the float64 rounding of two kappa_ij sums (n 2^-53 each)
+@njit(cache=True)
+def gap_term(g: float, tight: bool, tol: float) -> float:
+    """A pair's self-dominance term: g (tight cell) or (-g)+ - 2 tol (failing cell)."""
+    return g if tight else max(-g, 0.0) - 2.0 * tol
 
 
 @njit(cache=True)
-def reference_distances(x: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """kappa_{k, r} of every row k of `rows` to two reference rows: the first of `rows`, and the
-    row farthest from it; kappa_ij <= kappa_ir + kappa_rj screens pairs (triangle inequality)."""
-    m = rows.shape[0]
-    first = np.empty(m, dtype=np.float64)
-    for p in range(m):
-        first[p] = tv_one(x, rows[0], rows[p])
-    far = rows[np.argmax(first)]
-    second = np.empty(m, dtype=np.float64)
-    for p in range(m):
-        second[p] = tv_one(x, far, rows[p])
-    return first, second
+def pair_value(kappa: float, kappa_p: float, gap: float, tight: bool, tol: float) -> float:
+    """A pair's value in the minimum, `gap` its `gap_term`: max((kappa - kappa_p)/2, g) (tight)
+    or max((kappa - kappa_p)/2 - tol, (-g)+ - 2 tol) (failing), in the brute force's order."""
+    if tight:
+        return max(0.5 * (kappa - kappa_p), gap)
+    return max(0.5 * (kappa - kappa_p) - tol, gap)
 
 
 @njit(cache=True)
-def tight_radius(x: np.ndarray, rows: np.ndarray, kappa: float) -> float:
-    """min over pairs i < j of `rows` of max((kappa - kappa_ij)/2, g_ij), clipped at 0, for one
-    (n, n) matrix. kappa_ij is only summed for pairs whose g_ij is below the running minimum and
-    whose triangle bound on kappa_ij (`reference_distances`) does not already put
-    (kappa - kappa_ij)/2 above it: skipped pairs cannot lower the minimum."""
+def finish(best: float, tight: bool, floor: float) -> float:
+    """The radius from the minimum over the pairs: clipped at 0 (tight) or at the margin's
+    floor margin - tol (failing)."""
+    return max(best, 0.0) if tight else max(floor, best)
+
+
+@njit(cache=True)
+def settled(best: float, tight: bool, floor: float) -> bool:
+    """No further pair can change the radius: the minimum reached 0 (tight) or the floor."""
+    return best <= 0.0 if tight else best <= floor
+
+
+@njit(cache=True)
+def keep_limit(c0: float, kappa: float, limit: float, tight: bool, tol: float,
+               scale: float) -> int:
+    """The largest screened Q_p (generous) of a pair whose kappa term can be below `limit`:
+    the term is below it only if U_p = c0 - Q_p / scale > kappa - 2 (limit + tol') (tol' = 0
+    tight, tol failing), i.e. Q_p < scale (c0 - kappa + 2 (limit + tol')); 1e-15 and a relative
+    1e-12 cover the rounding of the term and of this line. 65535 (every pair) for no limit."""
+    if limit == np.inf:
+        return 65535
+    reach = (c0 - kappa) + 2.0 * (limit + (0.0 if tight else tol)) + 1e-15
+    return min(np.int64(reach * scale * (1.0 + 1e-12)), 65535)
+
+
+@njit(cache=True)
+def screened_radius(x: np.ndarray, screened: np.ndarray, row_min: np.ndarray, scale: float,
+                    c0: float, kappa: float, margin: float, tol: float) -> float:
+    """The radius of one (n >= 2, n) float64 matrix x over all its pairs i < j, given its
+    oracle kappa and margin and the kernel's screen: `screened` (Q_ij for i < j, uint16) with
+    c0 - Q_ij / scale >= the oracle's kappa_ij, `row_min` (n - 1,) each row's smallest Q_ij."""
+    n = x.shape[0]
+    tight = margin <= tol
+    floor = margin - tol
     best = np.inf
-    m = rows.shape[0]
-    first, second = reference_distances(x, rows)
-    for p in range(m):
-        for q in range(p + 1, m):
-            i, j = rows[p], rows[q]
-            g = dominance_gap(x, i, j)
-            if g >= best:
+    for level in LEVELS:
+        limit = min(level, best)
+        q = keep_limit(c0, kappa, limit, tight, tol, scale)
+        for i in range(n - 1):
+            if row_min[i] > q:
                 continue
-            upper = min(first[p] + first[q], second[p] + second[q]) + SCREEN_SLACK
-            if upper < kappa - 2.0 * best:
-                continue
-            value = max(0.5 * (kappa - tv_one(x, i, j)), g)
-            if value < best:
-                best = value
-                if best <= 0.0:
-                    return 0.0
-    return max(best, 0.0)
+            row = screened[i]
+            for j in range(i + 1, n):
+                if np.int64(row[j]) > q:
+                    continue
+                gap = gap_term(dominance_gap(x, i, j), tight, tol)
+                if gap >= limit:
+                    continue
+                value = pair_value(kappa, tv_one(x, i, j), gap, tight, tol)
+                if value < best:
+                    best = value
+                    if settled(best, tight, floor):
+                        return finish(best, tight, floor)
+                    if best < limit:
+                        limit = best
+                        q = keep_limit(c0, kappa, limit, tight, tol, scale)
+        if best <= level:
+            break
+    return finish(best, tight, floor)
 
 
 @njit(cache=True)
-def failing_radius(x: np.ndarray, rows: np.ndarray, kappa: float, margin: float,
-                   tol: float) -> float:
-    """max(margin - tol, min over pairs i < j of `rows` of
-    max((kappa - kappa_ij)/2 - tol, (-g_ij)+ - 2 tol)) for one (n, n) matrix that fails."""
+def listed_radius(x: np.ndarray, rows: np.ndarray, kappa_pairs: np.ndarray, kappa: float,
+                  margin: float, tol: float) -> float:
+    """The radius of one (n, n) float64 matrix over the pairs i < j of `rows` (sorted indices,
+    at least two), given each pair's oracle kappa_ij in row-major pair order."""
+    tight = margin <= tol
     floor = margin - tol
     best = np.inf
     m = rows.shape[0]
-    first, second = reference_distances(x, rows)
+    c = 0
     for p in range(m):
         for q in range(p + 1, m):
-            i, j = rows[p], rows[q]
-            h = max(-dominance_gap(x, i, j), 0.0) - 2.0 * tol
-            if h >= best:
-                continue
-            upper = min(first[p] + first[q], second[p] + second[q]) + SCREEN_SLACK
-            if upper < kappa - 2.0 * (best + tol):
-                continue
-            value = max(0.5 * (kappa - tv_one(x, i, j)) - tol, h)
-            if value < best:
-                best = value
-                if best <= floor:
-                    return floor
-    return max(floor, best)
-
-
-@njit(cache=True)
-def _radii(x: np.ndarray, rows: np.ndarray, kappa: np.ndarray, margin: np.ndarray,
-           holds: np.ndarray, tol: float, out: np.ndarray) -> None:
-    for b in range(x.shape[0]):
-        if holds[b]:
-            out[b] = tight_radius(x[b], rows, kappa[b])
-        else:
-            out[b] = failing_radius(x[b], rows, kappa[b], margin[b], tol)
-
-
-def decision_radius(x: np.ndarray, rows: np.ndarray, kappa: np.ndarray, margin: np.ndarray,
-                    holds: np.ndarray, tol: float) -> np.ndarray:
-    """(b,) float64 radius of each matrix of a validated float64 (b, n, n) stack tested over the
-    pairs of `rows` (sorted indices, at least two), given its verdicts (kappa, margin, holds at
-    tol): `failing_radius` where it fails, `tight_radius` where it holds."""
-    x = np.ascontiguousarray(x, dtype=np.float64)
-    rows = np.ascontiguousarray(rows, dtype=np.int64)
-    out = np.empty(x.shape[0], dtype=np.float64)
-    _radii(x, rows, np.asarray(kappa, dtype=np.float64), np.asarray(margin, dtype=np.float64),
-           np.asarray(holds, dtype=np.bool_), float(tol), out)
-    return out
+            gap = gap_term(dominance_gap(x, rows[p], rows[q]), tight, tol)
+            if gap < best:
+                best = min(best, pair_value(kappa, kappa_pairs[c], gap, tight, tol))
+                if settled(best, tight, floor):
+                    return finish(best, tight, floor)
+            c += 1
+    return finish(best, tight, floor)

@@ -18,10 +18,11 @@ import numpy as np
 from numba import njit
 
 from storage.layout import AttainingKind, ResultStatus
-from workers.cells import fill_radius, fill_rollout, fill_verdicts
+from workers.cells import fill_rollout, fill_verdicts
 from workers.center_bound import distances
 from workers.equality import check, restrict_layers, validate_stochastic
 from workers.kernel import self_dominance_gap, tv_factor_one, tv_one
+from workers.radius import listed_radius
 from workers.token_kinds import TokenKind, special_mask
 
 U64 = 2.0**-53  # unit roundoff of float64
@@ -33,9 +34,10 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
     """`content-pairs` of one (n, n) matrix over the pairs of `rows` (sorted token indices).
 
     Returns (kappa, kappa_factor, holds_by_characterisation, pair_i, pair_j, attaining_pairs,
-    slack); the pair (on the token axis) minimises the combined slack
+    slack, radius); the pair (on the token axis) minimises the combined slack
     (kappa - kappa_ij)/2 + s_ij/2 among the pairs where it is <= tol (-1, -1 when none), first in
-    row-major order on ties; `slack` is the least combined slack over all the pairs.
+    row-major order on ties; `slack` is the least combined slack over all the pairs; `radius`
+    the decision radius over the same pairs (`workers.radius.listed_radius`).
     """
     m = rows.shape[0]
     n = a.shape[1]
@@ -74,15 +76,18 @@ def _pairs_one(a: np.ndarray, rows: np.ndarray, tol: float):
             if slack <= tol and slack < best_slack:
                 best_slack, pair_i, pair_j = slack, i, j
             c += 1
-    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining, least_slack
+    margin = 0.5 * (1.0 + kappa) - kappa_factor  # as `content_pairs` computes it
+    radius = listed_radius(a, rows, ka, kappa, margin, tol)
+    return kappa, kappa_factor, pair_i >= 0, pair_i, pair_j, attaining, least_slack, radius
 
 
 @njit(cache=True)
 def _pairs_stack(x: np.ndarray, rows: np.ndarray, tol: float, out_f: np.ndarray,
                  out_i: np.ndarray) -> None:
     for b in range(x.shape[0]):
-        kappa, kappa_factor, holds, pair_i, pair_j, attaining, slack = _pairs_one(x[b], rows, tol)
-        out_f[b, 0], out_f[b, 1], out_f[b, 2] = kappa, kappa_factor, slack
+        kappa, kappa_factor, holds, pair_i, pair_j, attaining, slack, radius = _pairs_one(
+            x[b], rows, tol)
+        out_f[b, 0], out_f[b, 1], out_f[b, 2], out_f[b, 3] = kappa, kappa_factor, slack, radius
         out_i[b, 0], out_i[b, 1], out_i[b, 2], out_i[b, 3] = holds, pair_i, pair_j, attaining
 
 
@@ -91,12 +96,13 @@ def content_pairs(x: np.ndarray, rows: np.ndarray, tol: float) -> dict[str, np.n
     of `rows` (sorted token indices, at least two): per matrix (b,) kappa, kappa_factor, bound,
     margin, holds (margin <= tol), holds_by_characterisation, pair_i/pair_j (token axis, -1 when
     no pair is self-dominant within the combined slack), attaining_pairs and slack (the least
-    combined slack over the pairs: the characterisation holds iff it is <= tol)."""
+    combined slack over the pairs: the characterisation holds iff it is <= tol) and radius
+    (the decision radius over the same pairs)."""
     rows = np.ascontiguousarray(rows, dtype=np.int64)
     if rows.ndim != 1 or rows.size < 2:
         raise ValueError(f"content-pairs needs at least two content tokens, got {rows.size}")
     x = np.ascontiguousarray(x, dtype=np.float64)
-    out_f = np.empty((x.shape[0], 3), dtype=np.float64)
+    out_f = np.empty((x.shape[0], 4), dtype=np.float64)
     out_i = np.empty((x.shape[0], 4), dtype=np.int64)
     _pairs_stack(x, rows, float(tol), out_f, out_i)
     kappa, kappa_factor = out_f[:, 0].copy(), out_f[:, 1].copy()
@@ -107,6 +113,7 @@ def content_pairs(x: np.ndarray, rows: np.ndarray, tol: float) -> dict[str, np.n
         "holds": margin <= tol, "holds_by_characterisation": out_i[:, 0].astype(bool),
         "pair_i": out_i[:, 1].copy(), "pair_j": out_i[:, 2].copy(),
         "attaining_pairs": out_i[:, 3].copy(), "slack": out_f[:, 2].copy(),
+        "radius": out_f[:, 3].copy(),
     }
 
 
@@ -219,7 +226,6 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
     out["content_gap"][:] = 0.0  # every pair is a content pair: the attaining ones too
     out["attaining_kind"][:] = AttainingKind.CONTENT_ONLY
     out["status"][:] = ResultStatus.OK
-    fill_radius(out, x, np.flatnonzero(content), np.ones(x.shape[0], dtype=bool), tol)
 
 
 def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, tol: float,
@@ -235,9 +241,9 @@ def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, t
     if not ok.any():
         return
     kept = np.flatnonzero(content)
-    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
+    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False,
+                   radius=True)
     fill_verdicts(out, result, ok, kept)
-    fill_radius(out, stack, np.arange(kept.size), ok, tol)
     out["attaining_kind"][ok] = AttainingKind.CONTENT_ONLY
     fill_rollout(out, stack, result.bound, ok, rollout_mode)
 

@@ -34,7 +34,7 @@ from storage.store import (
     write_training_record,
 )
 from workers.baseline import holding_in_blocks
-from workers.cells import fill_radius, fill_rollout, fill_verdicts
+from workers.cells import fill_rollout, fill_verdicts
 from workers.digests import input_digests
 from workers.equality import ROLLOUT_MODES, check, restrict_layers
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
@@ -228,9 +228,9 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
     if not ok.any():
         return out
-    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False)
+    result = check(stack, tol=tol, special=special_mask(token_kind)[kept], validate=False,
+                   radius=True)
     fill_verdicts(out, result, ok, kept)
-    fill_radius(out, stack, np.arange(m), ok, tol)
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
     fill_rollout(out, stack, result.bound, ok, rollout_mode)

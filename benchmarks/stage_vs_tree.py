@@ -1,0 +1,130 @@
+"""The test stage's math per input in this tree against other trees (older commits), in one run.
+
+    PYTHONPATH=. python benchmarks/stage_vs_tree.py --against OLD_TREE[,OTHER_TREE] \
+        [--sizes 197,577,1370] [--rounds 3] [--repeats 2] [--workers 1]
+
+`git worktree add /tmp/old <commit>` makes a tree of an older commit. For each size, an
+attention-like shard (per layer, softmax of N(0, 4) logits with +4 on column 0, a sink, and +2
+on the diagonal; token 0 is CLS, the rest content; 12 layers; 8 inputs at T <= 257, 2 at
+T <= 600, 1 above) goes through `workers.tasks.evaluate_shard` -- restriction, `check` (with
+the decision radius where the tree has it), attaining kinds and the whole rollout, for both token
+sets `all` and `content`: the stage without its store read and write, which no tree here
+changed. Each tree runs in a child process of its own (PYTHONPATH = the tree; the same numpy,
+numba and BLAS), children alternate between trees for --repeats rounds, and each child keeps the
+best of --rounds calls after one warm-up. Reported per input: CPU ms (all threads of the
+process) and wall ms, and each tree's ratio to this one. `--workers 2` runs two copies of the
+shard at once in two threads of one process, as the default local cluster's two thread workers
+run test tasks; CPU / wall then shows how much of the second core the stage uses.
+
+Thread counts are the environment's (NUMBA_NUM_THREADS, OMP_NUM_THREADS): set them to 1 for
+what one core of a cluster spends per input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+LAYERS = 12
+
+
+def inputs_for(t: int) -> int:
+    """Inputs in a shard of size t: enough work per call, a bounded run."""
+    return 8 if t <= 257 else 2 if t <= 600 else 1
+
+
+def shard(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(attention (input, layer, 1 head, T, T) float32, n_tokens, token kinds): the same data in
+    every process (seeded)."""
+    rng = np.random.default_rng(t)
+    inputs = inputs_for(t)
+    logits = 2.0 * rng.normal(size=(inputs, LAYERS, t, t))
+    logits[..., 0] += 4.0
+    logits[..., np.arange(t), np.arange(t)] += 2.0
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    attention = (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)[:, :, None]
+    kinds = np.zeros((inputs, t), dtype=np.int8)  # TokenKind.CONTENT
+    kinds[:, 0] = 1  # TokenKind.CLS
+    return attention, np.full(inputs, t, dtype=np.int32), kinds
+
+
+def child(t: int, rounds: int, workers: int) -> None:
+    """Time evaluate_shard in this process (the tree on PYTHONPATH); print one JSON line."""
+    from workers.tasks import evaluate_shard
+
+    attention, n_tokens, kinds = shard(t)
+
+    def stage() -> None:
+        evaluate_shard(attention, n_tokens, kinds, ("all", "content"), 1e-12, "every")
+
+    def run() -> None:
+        if workers == 1:
+            stage()
+            return
+        with ThreadPoolExecutor(workers) as pool:
+            for future in [pool.submit(stage) for _ in range(workers)]:
+                future.result()
+
+    run()  # warm-up: numba's cache, scratch buffers
+    wall = cpu = np.inf
+    for _ in range(rounds):
+        w, c = time.perf_counter(), time.process_time()
+        run()
+        wall, cpu = min(wall, time.perf_counter() - w), min(cpu, time.process_time() - c)
+    done = workers * len(n_tokens)
+    print(json.dumps({"wall_ms": 1e3 * wall / done, "cpu_ms": 1e3 * cpu / done}))
+
+
+def timed_in(tree: Path, t: int, rounds: int, workers: int) -> dict[str, float]:
+    """One child's best times in `tree`."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(t), "--rounds", str(rounds), "--workers",
+         str(workers)], env=env, cwd=tree, capture_output=True, text=True)
+    if out.returncode:
+        sys.exit(f"{tree}: the stage failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--against", default="",
+                        help="comma-separated trees (worktrees of older commits)")
+    parser.add_argument("--sizes", default="197,577,1370")
+    parser.add_argument("--rounds", type=int, default=3, help="timed calls per child")
+    parser.add_argument("--repeats", type=int, default=2, help="children per tree, alternating")
+    parser.add_argument("--workers", type=int, default=1, help="concurrent shards (threads)")
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child is not None:
+        child(args.child, args.rounds, args.workers)
+        return
+    here = Path(__file__).resolve().parent.parent
+    trees = [here] + [Path(p).resolve() for p in args.against.split(",") if p]
+    threads = {k: os.environ.get(k, "default") for k in ("NUMBA_NUM_THREADS", "OMP_NUM_THREADS")}
+    print(f"threads {threads}, workers {args.workers}, best of {args.rounds} calls x "
+          f"{args.repeats} alternating children per tree")
+    for t in (int(s) for s in args.sizes.split(",")):
+        best = {tree: {"wall_ms": np.inf, "cpu_ms": np.inf} for tree in trees}
+        for _ in range(args.repeats):
+            for tree in trees:
+                got = timed_in(tree, t, args.rounds, args.workers)
+                best[tree] = {k: min(best[tree][k], got[k]) for k in got}
+        print(f"T = {t} ({LAYERS} layers, {inputs_for(t)} inputs, all + content):")
+        for tree in trees:
+            wall, cpu = best[tree]["wall_ms"], best[tree]["cpu_ms"]
+            ratio = cpu / best[here]["cpu_ms"]
+            print(f"  {str(tree):<40} {cpu:9.2f} CPU ms {wall:9.2f} wall ms per input  "
+                  f"CPU/wall {cpu / wall:4.2f}  CPU vs this tree {ratio:5.2f}x")
+
+
+if __name__ == "__main__":
+    main()
