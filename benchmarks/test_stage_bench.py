@@ -1,12 +1,15 @@
 """The test stage as a sweep's test task runs it, per input, against torch.cdist(p=1).
 
-For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px and DINOv2 518 px sizes;
+For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px, DINOv2-B 336 px and
+DINOv2 518 px sizes;
 real `minilm-l6` attention of a few pydoc:topics paragraphs; `tiny`, T = 8, where what the stage
 spends per input regardless of size shows) the shard's attention is written to
 a Zarr store the way the sweep writes it (`storage.store`), then `workers.tasks.run_test` reads it
 back, tests both token sets with the rollout and writes the results. Reported per input: wall
 ms and CPU ms (process time: every thread of this process) of the whole task, the share of each
-part (timed by calling the same functions on the same data), and torch.cdist(x, x, p=1) (float32,
+part (timed by calling the same functions on the same data; `check` as the stage calls it, with
+the decision radius; `radius` is `workers.radius.screened_radius` alone, on screens made before the
+timing as `check` makes them), and torch.cdist(x, x, p=1) (float32,
 torch's threads) over the same restricted matrices (layers x token sets), with the ratio
 cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
 
@@ -42,7 +45,9 @@ from storage.store import (
     write_tokens,
 )
 from sweep.plan import TestTask
+from workers import pruned
 from workers.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.radius import screened_radius
 from workers.readings import attaining_kinds
 from workers.scratch import scratch
 from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test, shard_attention
@@ -101,6 +106,8 @@ def minilm(inputs: int) -> Case:
 CASES: dict[str, Callable[[int], Case]] = {
     "vit-b": lambda n: synthetic("ViT-B (T=197, 12 layers)", n, 12, 197, 0),
     "dinov2-l-reg": lambda n: synthetic("DINOv2-L-reg 224 (T=261, 24 layers)", n, 24, 261, 4),
+    "dinov2-b-336": lambda n: synthetic("DINOv2-B 336 (T=577, 12 layers)", max(1, n // 4), 12,
+                                        577, 0),
     "dinov2-518": lambda n: synthetic("DINOv2 518 (T=1370, 12 layers)", max(1, n // 8), 12, 1370,
                                       0),
     "minilm": minilm,
@@ -142,7 +149,8 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
             jobs.append((case.attention[i, :, :t, :t], keep_mask(kinds, token_set), kinds))
     stacks = [restrict_layers(a, keep)[0] for a, keep, _ in jobs]
     specials = [special_mask(kinds)[keep] for _, keep, kinds in jobs]
-    checked = [check(s, special=m, validate=False) for s, m in zip(stacks, specials, strict=True)]
+    checked = [check(s, special=m, validate=False, radius=True)
+               for s, m in zip(stacks, specials, strict=True)]
     products = [rollout_products(s) for s in stacks]
     results = evaluate_shard(case.attention[:, :, None], n_tokens, case.token_kind, TOKEN_SETS,
                              1e-12, rollout)  # one head: head-averaged
@@ -161,8 +169,9 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
         "read": read,
         "restriction": lambda: [restrict_layers(a, keep, out=scratch("restricted", a.shape))
                                 for a, keep, _ in jobs],
-        "check": lambda: [check(s, special=m, validate=False)
+        "check": lambda: [check(s, special=m, validate=False, radius=True)
                           for s, m in zip(stacks, specials, strict=True)],
+        "radius": radius_function(stacks, checked),
         "attaining kinds": lambda: [
             attaining_kinds(s, kinds[keep], r.kappa, r.attaining_special, 1e-12)
             for s, (_, keep, kinds), r in zip(stacks, jobs, checked, strict=True)],
@@ -173,6 +182,30 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
         parts["rollout kappa"] = lambda: [kappa_only(p[-1:] if last else p) for p in products]
     parts["write"] = write
     return parts
+
+
+def radius_function(stacks: list[np.ndarray], checked: list) -> Callable[[], object]:
+    """`screened_radius` of every tested matrix, alone: the 16-bit screens, row minima and
+    bound constants are made before, as `check`'s kernel makes them."""
+    jobs = []
+    for stack, result in zip(stacks, checked, strict=True):
+        for x, kappa, margin in zip(stack, result.kappa, result.margin, strict=True):
+            n = x.shape[0]
+            rmax = pruned.trusted_rmax(x)
+            scale = pruned.scale_for(rmax)
+            q = np.zeros(pruned.quantised_shape(n), dtype=np.uint16)
+            screened = np.empty((q.shape[0], q.shape[0]), dtype=np.uint16)
+            pruned.quantise_matrix(x, q, scale)
+            pruned.screen_serial(q, n, screened)
+            row_min = np.array([screened[i, i + 1:n].min() for i in range(n - 1)], np.int64)
+            c0 = pruned.bound_constants(n, rmax)[1]
+            jobs.append((x, screened, row_min, scale, c0, kappa, margin))
+
+    def run() -> None:
+        for x, screened, row_min, scale, c0, kappa, margin in jobs:
+            screened_radius(x, screened, row_min, scale, c0, kappa, margin, 1e-12)
+
+    return run
 
 
 def cdist_function(case: Case) -> Callable[[], object]:
@@ -227,12 +260,14 @@ def bench(case: Case, rounds: int, rollout: str, store: str | None,
         wall, cpu = best[name]
         print(f"    {name:<17} {1e3 * wall / n:8.2f} {1e3 * cpu / n:8.2f} "
               f"{100 * cpu / parts_cpu:8.1f}%")
+    print(f"  radius / check (CPU): {100 * best['radius'][1] / best['check'][1]:.1f}%")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="vit-b,dinov2-l-reg,dinov2-518,minilm")
-    parser.add_argument("--inputs", type=int, default=8, help="inputs per case (518 px: / 8)")
+    parser.add_argument("--cases", default="vit-b,dinov2-l-reg,dinov2-b-336,dinov2-518,minilm")
+    parser.add_argument("--inputs", type=int, default=8,
+                        help="inputs per case (336 px: / 4, 518 px: / 8)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rollout", default="every", choices=ROLLOUT_MODES)
     parser.add_argument("--store", help="the shard's store (default: a temporary folder)")

@@ -7,7 +7,9 @@ Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan
   inputs: the store opened, the results written, checksums, marker) + sum over kept heads (1 for
   `heads: mean`) and token sets of STACK_S (what one stack costs regardless of T: its read,
   result cells, calls) + sum over layers of
-  CHECK_S * T^3 / 2 (the pairwise kernel) + RESTRICT_IO_S * T^2 (read, restriction, write)
+  CHECK_S * T^3 / 2 (the pairwise kernel) + RADIUS_S * T^2 (the decision radius, found on the
+  kernel's own screen: O(T^2) scans and a few exact sums) + RESTRICT_IO_S * T^2 (read,
+  restriction, write)
   + the rollout: PRODUCTS_S * T^3 / 2 per product (layers - 1 of them unless `rollout: off`)
   and ROLLOUT_KAPPA_S * T^3 / 2 per layer whose kappa is computed (every: L, last: 1, off: 0);
   T^3 is the mean over the plan's inputs of their token count cubed (`ModelPlan.cube_sum`),
@@ -65,6 +67,13 @@ CONSTANTS: dict[str, Constant] = {
         "one thread, 2-core AMD EPYC otherwise idle, 2026-11-30; DINOv2-L-reg 224 in the same "
         "run: 4.3e-11",
     ),
+    "RADIUS_S": Constant(
+        6.6e-11, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1: `screened_radius` alone on the matrices of "
+        "benchmarks/test_stage_bench.py's cases (its part 'radius'), CPU ms / T^2 per matrix: "
+        "the largest of T = 197 (5.4e-11), 261 (6.6e-11), 577 (1.4e-11) and 1370 (3.4e-11), "
+        "0.4-2.8% of `check`; 2-core AMD EPYC shared with other jobs, 2026-12-03",
+    ),
     "PRODUCTS_S": Constant(
         1.2e-10, "CPU-s per pair-element (T^3/2) of one float64 rollout product",
         "same run, part 'rollout products' (DINOv2-L-reg: 1.1e-10)",
@@ -106,7 +115,7 @@ def stage_cpu_seconds(model: ModelPlan) -> float:
     """Predicted CPU-seconds of the test stage per input of `model` (see the module doc)."""
     cube = mean_tokens_cubed(model)
     pairs, square, layers = cube / 2.0, cube ** (2.0 / 3.0), model.n_layers
-    per_set = layers * (_c("CHECK_S") * pairs + _c("RESTRICT_IO_S") * square)
+    per_set = layers * (_c("CHECK_S") * pairs + (_c("RADIUS_S") + _c("RESTRICT_IO_S")) * square)
     if model.rollout != "off":
         kappas = layers if model.rollout == "every" else 1
         per_set += (layers - 1) * _c("PRODUCTS_S") * pairs + kappas * _c("ROLLOUT_KAPPA_S") * pairs

@@ -59,6 +59,21 @@ def per_stack(model) -> float:
     return stage_cpu_seconds(model) - CONSTANTS["SHARD_S"].seconds / model.shard_size
 
 
+def test_the_decision_radius_is_counted_per_matrix_beside_the_check(monkeypatch):
+    """Each tested matrix (layers x token sets) costs RADIUS_S per matrix element (T^2) on top
+    of CHECK_S per pair-element: the radius runs in the same kernel, on the same screen."""
+    from sweep import balance
+
+    vit = plan_of().models[0]
+    before = stage_cpu_seconds(vit)
+    extra = balance.Constant(1e-9, "CPU-s per matrix element", "a test's value")
+    monkeypatch.setitem(balance.CONSTANTS, "RADIUS_S",
+                        balance.Constant(CONSTANTS["RADIUS_S"].seconds + extra.seconds,
+                                         extra.unit, extra.measured))
+    matrices = vit.n_layers * len(vit.token_sets)
+    assert stage_cpu_seconds(vit) - before == pytest.approx(matrices * 1e-9 * 197**2)
+
+
 def test_larger_shards_share_out_the_cost_of_a_shard():
     small, large = (plan_of(shard_size=size).models[0] for size in (8, 256))
     assert small.shard_size == 8 and large.shard_size == 256

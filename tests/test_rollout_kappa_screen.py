@@ -5,6 +5,7 @@ float64 screen and `check`'s kappa, including ties; the products reuse per-threa
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -150,34 +151,34 @@ def test_rollout_products_run_on_one_blas_thread_and_leave_the_setting_as_it_was
     assert seen[2:] == [{1}, {1}]
 
 
-def test_concurrent_rollouts_share_the_one_thread_blas_limit():
-    """A second rollout enters while the first is inside (no waiting on each other: both cores
-    multiply), both on one BLAS thread, and the setting comes back when the last one leaves.
-    (The process's own BLAS setting: a limit set by an outer threadpoolctl context in another
-    thread does not move OpenBLAS's count from a worker thread here.)"""
+def test_rollouts_in_worker_threads_one_after_another_each_run_on_one_blas_thread(monkeypatch):
+    """threadpoolctl lets only the thread that last set OpenBLAS's count change it until its
+    context exits: a second worker thread's rollout must still multiply on one BLAS thread (a
+    limit applied and restored outside a context left the first thread in control, and the
+    second's products ran on two threads: other bits)."""
     def blas_threads() -> set[int]:
         return {lib["num_threads"] for lib in threadpoolctl.threadpool_info()
                 if lib["user_api"] == "blas"}
 
     before = blas_threads()
     if before == {1}:
-        pytest.skip("BLAS runs on one thread here already: nothing to share")
-    inside, release, seen = threading.Event(), threading.Event(), []
+        pytest.skip("BLAS runs on one thread here already")
+    seen = []
+    real = np.matmul
 
-    def first() -> None:
-        with equality._one_blas_thread():
-            seen.append(blas_threads())
-            inside.set()
-            release.wait(10)
-        seen.append("first left")
-
-    worker = threading.Thread(target=first)
-    worker.start()
-    assert inside.wait(10)
-    with equality._one_blas_thread():  # would block here if the first held a lock
+    def matmul(*args, **kwargs):
         seen.append(blas_threads())
-        release.set()
-        worker.join(10)
-        seen.append(blas_threads())  # the first left; this one still holds the limit
-    assert seen == [{1}, {1}, "first left", {1}]
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(equality.np, "matmul", matmul)
+    layers = stochastic(np.random.default_rng(5), 2, 9)
+    first, second = ThreadPoolExecutor(1), ThreadPoolExecutor(1)  # long-lived, as Dask's
+    try:
+        first.submit(rollout_products, layers).result(30)
+        second.submit(rollout_products, layers).result(30)  # while the first thread lives
+        first.submit(rollout_products, layers).result(30)
+    finally:
+        first.shutdown()
+        second.shutdown()
+    assert seen == [{1}, {1}, {1}]
     assert blas_threads() == before

@@ -15,7 +15,6 @@ import contextlib
 import functools
 import sys
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numba
@@ -307,11 +306,7 @@ def kappa_only(x: np.ndarray) -> np.ndarray:
         return pruned.kappa_over_matrices(x, qs, screens, kernel.tile_order(x.shape[1]))
 
 
-_BLAS_LOCK = threading.Lock()  # guards the count of rollouts inside `_one_blas_thread`
-_blas_users = 0
-_blas_limit = None  # the threadpoolctl limit the first user applied, restored by the last
-
-
+_BLAS_LOCK = threading.Lock()  # held while the rollout's products run on one BLAS thread
 _controller: tuple[int, threadpoolctl.ThreadpoolController | None] = (-1, None)
 
 
@@ -326,29 +321,18 @@ def _blas() -> threadpoolctl.ThreadpoolController:
     return _controller[1]
 
 
-@contextlib.contextmanager
-def _one_blas_thread() -> Iterator[None]:
-    """A context in which every BLAS library runs on one thread, shared by concurrent users
-    (the limit is process-wide): the first to enter applies threadpoolctl's limit where a library
-    runs on more threads, the last to leave restores it. So two rollouts at once (two test tasks
-    on the thread workers of the default local cluster) multiply on both cores, each on one BLAS
-    thread. Where every library already runs on one (a Dask worker process, whose nanny sets
-    OPENBLAS_NUM_THREADS=1) nothing is changed, which saves threadpoolctl's limit and restore
-    (a call on 12 layers of 8 x 8: 54-63 µs, against 78-142 µs with the limit; five
-    interleaved timings)."""
-    global _blas_users, _blas_limit
-    with _BLAS_LOCK:
-        if _blas_users == 0 and any(lib.num_threads != 1 for lib in _blas().lib_controllers):
-            _blas_limit = _blas().limit(limits=1)
-        _blas_users += 1
-    try:
-        yield
-    finally:
-        with _BLAS_LOCK:
-            _blas_users -= 1
-            if _blas_users == 0 and _blas_limit is not None:
-                _blas_limit.restore_original_limits()
-                _blas_limit = None
+def _one_blas_thread() -> contextlib.AbstractContextManager:
+    """A context in which BLAS runs on one thread: nothing to change where every BLAS library
+    already does (a Dask worker's, whose nanny sets OPENBLAS_NUM_THREADS=1), which saves
+    threadpoolctl's limit and restore (a call on 12 layers of 8 x 8: 54-63 µs, against
+    78-142 µs with the limit; five interleaved timings); hold _BLAS_LOCK. Always entered as a
+    context: threadpoolctl lets only one thread at a time set OpenBLAS's (process-wide) count,
+    the thread that set it last until its context exits; a limit set and restored outside a
+    context keeps that thread in control, and every other thread's limit is then silently
+    ignored (their products would run on OpenBLAS's default threads)."""
+    if all(lib.num_threads == 1 for lib in _blas().lib_controllers):
+        return contextlib.nullcontext()
+    return _blas().limit(limits=1)
 
 
 @dataclass(frozen=True)
@@ -443,9 +427,10 @@ def _restrict_layers_numpy(
 
 def rollout_products(x: np.ndarray, reuse: bool = False) -> np.ndarray:
     """R_l = M_l @ R_{l-1}, R_1 = M_1, M_l = 0.5 * (eye + A_l) of a validated float64 (L, n, n)
-    stack; (L, n, n) float64. The products run on one BLAS thread (`_one_blas_thread`), so R_l
-    does not depend on how many threads BLAS has where the rollout runs (OpenBLAS's results
-    do), and no BLAS threads are left spinning to slow the numba kernels that follow. `reuse`:
+    stack; (L, n, n) float64. The products run on one BLAS thread (`_one_blas_thread`, under a
+    lock: the limit is process-wide), so R_l does not depend on how many threads BLAS has where
+    the rollout runs (OpenBLAS's results do), and no BLAS threads are left spinning to slow the
+    numba kernels that follow. `reuse`:
     factors and products live in this thread's scratch buffers (`workers.scratch`), valid until
     its next `reuse` call."""
     n_layers, n = x.shape[0], x.shape[1]
@@ -459,7 +444,7 @@ def rollout_products(x: np.ndarray, reuse: bool = False) -> np.ndarray:
     factors[:, diagonal, diagonal] += 1.0  # eye + A: off the diagonal A_ik + 0.0 == A_ik
     factors *= 0.5  # (layer, row, column)
     products[0] = factors[0]
-    with _one_blas_thread():
+    with _BLAS_LOCK, _one_blas_thread():
         for layer in range(1, n_layers):
             np.matmul(factors[layer], products[layer - 1], out=products[layer])
     return products
