@@ -435,7 +435,7 @@ def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, path.name)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -212,7 +212,7 @@ def load_cluster_config(path: str | Path | None) -> ClusterConfig:
         raise InputError(f"cluster file {path} does not exist; pass an existing file or none")
     text = read_text(path)
     try:
-        raw = load_yaml(text)
+        raw = load_yaml(text, str(path))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""
