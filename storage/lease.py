@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
-from storage.location import Location
+from storage.location import Location, redact_url
 
 LEASES = f"{BOOKKEEPING_DIR}/lease/"
 TTL_ENV = "DOBRUSHIN_LEASE_SECONDS"
@@ -203,8 +203,8 @@ class Lease:
             if version is None:
                 version = self._own_version(self.generation)
         except Exception as error:  # noqa: BLE001 - a network blip: try again next interval
-            print(f"sweep: could not renew the lease of store {self.location} ({error}); "
-                  f"retrying", file=sys.stderr)
+            print(f"sweep: could not renew the lease of store {self.location} "
+                  f"({redact_url(str(error))}); retrying", file=sys.stderr)
             return True
         if version is None:
             try:

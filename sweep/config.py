@@ -305,7 +305,7 @@ class SweepConfig(_Frozen):
         try:
             return check_options(options)
         except InputError as error:
-            raise ValueError(str(error).split(": ", 1)[-1]) from None
+            raise ValueError(str(error).removeprefix("storage_options.")) from None
     _cache = field_validator("cache_dir")(_resolve)
 
     @field_validator("token_sets")

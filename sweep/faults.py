@@ -15,6 +15,7 @@ from __future__ import annotations
 import errno
 
 from storage.errors import EnvironmentFault, ExtractionError, InputError, StoreDamagedError
+from storage.location import redact_url
 
 EXIT_FAILED, EXIT_INPUT, EXIT_ENVIRONMENT, EXIT_DAMAGED, EXIT_INTERRUPTED = 1, 2, 3, 4, 130
 
@@ -32,8 +33,9 @@ FIXES = {
 
 
 def one_line(text: str) -> str:
-    """`text` with every run of whitespace (newlines included) collapsed to one space."""
-    return " ".join(str(text).split())
+    """`text` with every run of whitespace (newlines included) collapsed to one space, and the
+    userinfo of any URL in it hidden (`storage.location.redact_url`)."""
+    return redact_url(" ".join(str(text).split()))
 
 
 def os_error_line(error: OSError) -> str:
