@@ -65,7 +65,8 @@ def check_store_path(store: StoreLike) -> bool:
 
 def check_models(config: SweepConfig) -> None:
     """Every model resolves (source and options), reads a dataset of its own modality and has
-    its weights file where the driver can see it (`hf:` folders: `check_local_weights`)."""
+    its weights file and its image processor's or tokenizer's files where the driver can see
+    them (`hf:` folders: `check_local_weights`, `check_local_preprocessing`)."""
     for name, entry in config.models.items():
         spec = resolve_model(entry.source, **entry.options)
         kind = config.datasets[entry.dataset].to_spec().kind
@@ -75,9 +76,10 @@ def check_models(config: SweepConfig) -> None:
                 f"{entry.dataset!r} is {kind}; point it at a {spec.modality} dataset"
             )
         if spec.family == "hf":
-            from workers.models.hf import check_local_weights
+            from workers.models.hf import check_local_preprocessing, check_local_weights
 
             check_local_weights(spec)
+            check_local_preprocessing(spec)
 
 
 def check_inputs(config: SweepConfig) -> None:
