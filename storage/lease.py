@@ -10,7 +10,9 @@ renewals are conditional on the ETag of its own last write (`Location.replace`),
 lease was broken finds out at its next renewal instead of renewing over the new holder.
 
 A second run is refused while the newest generation is fresh, naming its holder; an expired one
-(its driver was killed, or lost the network) is taken over, saying so; `break_lock` takes over a
+(its driver was killed, or lost the network) is taken over, saying so, and so is, at once, a
+fresh one whose holder ran on this host and has exited (`holder_has_exited`: the same host name
+and process namespace, and its pid gone or now another process's); `break_lock` takes over a
 lease that has missed two renewals before it expires, and `force` takes over even a fresh one.
 Expiry compares the holder's clock with the reader's: hosts are assumed to keep time (NTP) to
 well within `ttl`.
@@ -28,13 +30,16 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+import psutil
+
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
-from storage.location import Location
+from storage.location import Location, redact_url
 
 LEASES = f"{BOOKKEEPING_DIR}/lease/"
 TTL_ENV = "DOBRUSHIN_LEASE_SECONDS"
 DEFAULT_TTL = 120.0  # seconds a lease lives without a renewal; renewed every ttl / 4
+START_SLACK = 1.0  # seconds two readings of one process's start time may differ by
 
 
 class StoreBusyError(InputError):
@@ -52,6 +57,8 @@ class LeaseRecord:
     renewed: float  # epoch seconds of the holder's last write
     expires: float  # epoch seconds
     released: bool = False
+    started: float | None = None  # the holder process's start (epoch s): tells a reused pid
+    namespace: str | None = None  # the holder's pid namespace (Linux), None elsewhere
 
     def describe(self, now: float) -> str:
         """`user@host pid N, renewed 3 s ago`."""
@@ -66,6 +73,38 @@ class LeaseRecord:
             return cls(**json.loads(data))
         except (ValueError, TypeError):
             return None
+
+
+def pid_namespace() -> str | None:
+    """This process's pid namespace (`pid:[4026531836]` on Linux), None where there is none: two
+    containers on one host may share its host name but not their pids."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
+
+
+def holder_has_exited(record: LeaseRecord) -> bool:
+    """Whether the lease's holder ran on this host (same host name and pid namespace) and its
+    process is gone: no process has its pid, or the one that has it started at another time
+    (the pid was reused), or it is a zombie. False whenever that cannot be told: another host
+    or namespace, or a record written before holders recorded their start time."""
+    if record.started is None or record.host != socket.gethostname() \
+            or record.namespace != pid_namespace():
+        return False
+    try:
+        process = psutil.Process(record.pid)
+        if process.status() == psutil.STATUS_ZOMBIE:
+            return True
+        return abs(process.create_time() - record.started) > START_SLACK
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # not ours to inspect: assume it lives
+        return False
+
+
+def _own_start() -> float:
+    return psutil.Process().create_time()
 
 
 def lease_ttl() -> float:
@@ -107,7 +146,8 @@ class Lease:
         now = time.time()
         host = socket.gethostname()
         return LeaseRecord(f"{getpass.getuser()}@{host}", host, os.getpid(), self.run, now,
-                           now if released else now + self.ttl, released)
+                           now if released else now + self.ttl, released, _own_start(),
+                           pid_namespace())
 
     def _newest(self) -> tuple[int, LeaseRecord | None]:
         """The newest generation and its record (0, None when there is none)."""
@@ -150,6 +190,11 @@ class Lease:
         if now > current.expires:
             print(f"sweep: store {self.location}: taking over the expired lease of {who} "
                   f"(expired {now - current.expires:.0f} s ago: that run is gone)",
+                  file=sys.stderr)
+            return
+        if holder_has_exited(current):
+            print(f"sweep: store {self.location}: taking over the lease of {who}: that process "
+                  f"has exited (on this host, {current.host}), so its run is gone",
                   file=sys.stderr)
             return
         stale = now - current.renewed > 2 * self.interval
@@ -203,8 +248,8 @@ class Lease:
             if version is None:
                 version = self._own_version(self.generation)
         except Exception as error:  # noqa: BLE001 - a network blip: try again next interval
-            print(f"sweep: could not renew the lease of store {self.location} ({error}); "
-                  f"retrying", file=sys.stderr)
+            print(f"sweep: could not renew the lease of store {self.location} "
+                  f"({redact_url(str(error))}); retrying", file=sys.stderr)
             return True
         if version is None:
             try:

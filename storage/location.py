@@ -26,6 +26,7 @@ import datetime
 import errno
 import functools
 import os
+import re
 import shutil
 import tempfile
 import threading
@@ -52,6 +53,11 @@ STORAGE_OPTIONS = {
     "backend": "obstore (default) or fsspec (s3fs; S3 only)",
 }
 CREDENTIAL_WORDS = ("key", "secret", "token", "password", "credential", "sas")
+CREDENTIALS_FIX = ("set them in the environment (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "
+                   "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), a profile, or the "
+                   "machine's role (docs/storage.md)")
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")  # read by the S3 clients
+_AUTHORITY = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)")
 BACKENDS = ("obstore", "fsspec")
 PARALLEL = 16  # concurrent requests of read_many / infos on an object store
 RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=30)}  # default: 10, 3 min
@@ -86,12 +92,47 @@ class StoreRef:
 
     @classmethod
     def of(cls, store: StoreLike, options: Mapping[str, Any] | None = None) -> StoreRef:
-        """`store` as a StoreRef (a StoreRef keeps its own options unless `options` are given)."""
+        """`store` as a StoreRef (a StoreRef keeps its own options unless `options` are given);
+        InputError for a URL or option that carries credentials (`check_no_userinfo`)."""
         if isinstance(store, StoreRef):
             return store if options is None else cls(store.url, _options(options))
         if isinstance(store, Location):
             return store.ref
-        return cls(os.fspath(store), _options(options or {}))
+        url = os.fspath(store)
+        check_no_userinfo(url, "store")
+        return cls(url, _options(options or {}))
+
+
+def redact_url(text: str) -> str:
+    """`text` with the userinfo (`user:password@`) of every URL in it replaced by `***@`: what
+    every message, attribute, marker and report passes a text that may quote a URL through."""
+    def hide(match: re.Match) -> str:
+        authority = match["authority"]
+        if "@" not in authority:
+            return match[0]
+        return f"{match['scheme']}***@{authority.rpartition('@')[2]}"
+
+    return _AUTHORITY.sub(hide, text) if "@" in text else text
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether `url` names a user or password before its host (`scheme://user:secret@host`;
+    also `user:secret@host:port` without a scheme)."""
+    head, sep, rest = url.partition("://")
+    authority = (rest if sep else head).split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
+    return "@" in authority and (bool(sep) or ":" in authority.partition("@")[0])
+
+
+def check_no_userinfo(url: str, where: str, fix: str = "") -> None:
+    """InputError naming `where` and the URL (its userinfo hidden) if the URL carries
+    credentials: they would end up in the store's attributes, its logs and every message.
+    `fix`: what to do instead (default: the standard credential chains)."""
+    if has_userinfo(url):
+        shown = redact_url(url) if "://" in url else "***@" + url.rpartition("@")[2]
+        raise InputError(
+            f"{where} {shown}: the URL carries credentials (user:password@), which would be "
+            f"written into the store, logs and messages; remove them from the URL and "
+            f"{fix or CREDENTIALS_FIX}")
 
 
 
@@ -108,9 +149,7 @@ def check_options(options: Mapping[str, Any], where: str = "storage_options") ->
         if any(word in key.lower() for word in CREDENTIAL_WORDS):
             raise InputError(
                 f"{where}.{key}: credentials never go in a config (they would be written into "
-                f"the store and its logs); set them in the environment (AWS_ACCESS_KEY_ID and "
-                f"AWS_SECRET_ACCESS_KEY, GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), a "
-                f"profile, or the machine's role"
+                f"the store and its logs); {CREDENTIALS_FIX}"
             )
         if key not in STORAGE_OPTIONS:
             known = ", ".join(STORAGE_OPTIONS)
@@ -118,6 +157,8 @@ def check_options(options: Mapping[str, Any], where: str = "storage_options") ->
         if not isinstance(value, str | bool | int | float):
             raise InputError(f"{where}.{key}: {value!r}; a storage option is a string, a "
                              f"number or true/false")
+        if isinstance(value, str):
+            check_no_userinfo(value, f"{where}.{key}")
         if key == "backend" and value not in BACKENDS:
             raise InputError(f"{where}.backend: {value!r}; choose {' or '.join(BACKENDS)}")
         out[key] = value
@@ -129,7 +170,9 @@ def _options(options: Mapping[str, Any]) -> tuple[tuple[str, Any], ...]:
 
 
 def check_url(url: str) -> None:
-    """InputError naming the URL if its scheme is not one a store can live at."""
+    """InputError naming the URL if its scheme is not one a store can live at, or if it
+    carries credentials (`check_no_userinfo`)."""
+    check_no_userinfo(url, "store")
     scheme = scheme_of(url)
     if scheme in LOCAL_SCHEMES or scheme == MEMORY_SCHEME or scheme in OBJECT_SCHEMES:
         if scheme in OBJECT_SCHEMES and not urlsplit(url).netloc:
@@ -475,10 +518,10 @@ def describe_object_error(ref: StoreRef, key: str, error: BaseException) -> Exce
                                      "ConnectTimeout", "Could not connect")):
         endpoint = ref.option_dict.get("endpoint_url") or os.environ.get("AWS_ENDPOINT_URL") \
             or "the provider's default endpoint"
-        return StoreUnreachable(f"{where}: the endpoint {endpoint} does not answer; check the "
-                                f"endpoint URL (storage_options.endpoint_url or "
+        return StoreUnreachable(f"{where}: the endpoint {redact_url(endpoint)} does not answer; "
+                                f"check the endpoint URL (storage_options.endpoint_url or "
                                 f"AWS_ENDPOINT_URL) and the network")
-    first = " ".join(text.split())[:200]
+    first = redact_url(" ".join(text.split()))[:200]
     return StoreUnreachable(f"{where}: {type(error).__name__} on {key}: {first}")
 
 
@@ -607,7 +650,8 @@ def _obstore_location(ref: StoreRef) -> ObjectLocation:
                                 retry_config=RETRIES,
                                 **kwargs)
     except Exception as error:  # noqa: BLE001 - a bad URL or option: one line
-        raise InputError(f"store {ref.url}: {' '.join(str(error).split())[:200]}") from None
+        raise InputError(f"store {ref.url}: {redact_url(' '.join(str(error).split()))[:200]}"
+                         ) from None
     return ObjectLocation(ref, store)
 
 
@@ -649,11 +693,19 @@ def _missing(ref: StoreRef, package: str, why: str | None = None) -> Environment
     )
 
 
+def check_endpoint_variables() -> None:
+    """InputError if an endpoint URL in the environment (AWS_ENDPOINT_URL...) carries
+    credentials: the S3 clients would send them, and messages would quote them."""
+    for name in ENDPOINT_VARIABLES:
+        check_no_userinfo(os.environ.get(name, ""), name)
+
+
 @functools.lru_cache(maxsize=64)
 def _locate(ref: StoreRef) -> Location:
     check_url(ref.url)
     if ref.is_local:
         return LocalLocation(ref)
+    check_endpoint_variables()
     if ref.option_dict.get("backend") == "fsspec":
         return _fsspec_location(ref)
     return _obstore_location(ref)

@@ -18,7 +18,7 @@ import json
 from dataclasses import dataclass
 
 from storage.integrity import MARKERS, Checksums, parse_marker
-from storage.location import StoreLike, locate
+from storage.location import StoreLike, locate, redact_url
 
 DONE, FAILED = ".done", ".failed"
 
@@ -44,8 +44,9 @@ def mark_done(store: StoreLike, scope: str, name: str,
 
 
 def mark_failed(store: StoreLike, scope: str, name: str, error: str) -> None:
-    """Record the error of a task that failed after its retries."""
-    locate(store).write(marker_key(scope, name, FAILED), (error.rstrip() + "\n").encode())
+    """Record the error of a task that failed after its retries (a URL's userinfo hidden)."""
+    locate(store).write(marker_key(scope, name, FAILED),
+                        (redact_url(error.rstrip()) + "\n").encode())
 
 
 def clear(store: StoreLike, scope: str, name: str) -> None:

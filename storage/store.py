@@ -46,7 +46,7 @@ from storage.layout import (
     RESULTS_GROUP,
     Var,
 )
-from storage.location import Location, StoreLike, describe_object_error, locate
+from storage.location import Location, StoreLike, describe_object_error, locate, redact_url
 from storage.recording import RecordingStore
 
 VERSIONED = (
@@ -257,8 +257,22 @@ def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
     return True
 
 
+def redacted(value: Any) -> Any:
+    """`value` (JSON data) with the userinfo of every URL in its strings hidden
+    (`storage.location.redact_url`): no credential is written, whatever reached the config."""
+    if isinstance(value, str):
+        return redact_url(value)
+    if isinstance(value, dict):
+        return {key: redacted(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [redacted(item) for item in value]
+    return value
+
+
 def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
-    """Record the resolved config, the model names and every group's fingerprint (driver only)."""
+    """Record the resolved config (URLs' userinfo hidden: `redacted`), the model names and every
+    group's fingerprint (driver only)."""
+    config = redacted(config)
     names = list(root.attrs.get("models", []))
     names += [name for name in config.get("models", {}) if name not in names and name in root]
     fingerprints = {name: root[name].attrs["fingerprint"] for name in names}

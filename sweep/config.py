@@ -46,7 +46,12 @@ MAX_TRIALS = 10**8  # trials per baseline (null, size) and per model's (null, to
 MAX_CHUNK_TRIALS = 10**6  # trials per task: about 21 CPU-minutes at size 256 (1.27 ms a trial)
 MAX_MODELS = 1_000  # models per sweep, seed replicates and controls included
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-RESERVED_NAMES = frozenset({"baseline"})
+# Model names are folder names in a store and parts of its object keys: `baseline` is a group of
+# its own, `zarr.json` the root's metadata (compared ignoring case: macOS file systems fold it).
+RESERVED_NAMES = frozenset({"baseline", "zarr.json"})
+MAX_NAME = 100  # characters of a model or dataset name as written
+MAX_MODEL_NAME = 160  # of a generated name (`<name>@seed<k>@random-init`): a path component
+# is at most 255 bytes (ext4, APFS) and a store writes `.<name>.XXXXXXXX` temporaries
 MESSAGES = {
     "extra_forbidden": "unknown key (check its spelling against the documented keys)",
     "missing": "required key is missing",
@@ -300,7 +305,7 @@ class SweepConfig(_Frozen):
         try:
             return check_options(options)
         except InputError as error:
-            raise ValueError(str(error).split(": ", 1)[-1]) from None
+            raise ValueError(str(error).removeprefix("storage_options.")) from None
     _cache = field_validator("cache_dir")(_resolve)
 
     @field_validator("token_sets")
@@ -365,15 +370,51 @@ def _check_source(name: str, model: ModelConfig) -> None:
         raise InputError(f"models.{name}: {error}") from None
 
 
+def _shown(name: str) -> str:
+    return name if len(name) <= 40 else f"{name[:40]}..."
+
+
+def check_name(section: str, name: str) -> None:
+    """InputError unless `name` is usable as a folder and object-key name on every backend (a
+    local folder, S3, GCS, Azure): letters, digits, '_', '.', '-', starting with a letter or
+    digit (so never `.sweep` or another hidden name, never a path separator), not ending in
+    '.' (Azure and some file systems drop it), at most MAX_NAME characters, not a name the
+    store uses itself (RESERVED_NAMES, ignoring case)."""
+    why = None
+    if len(name) > MAX_NAME:
+        why = f"{len(name)} characters, at most {MAX_NAME}"
+    elif not NAME.match(name):
+        why = "use only letters, digits, '_', '.', '-', starting with a letter or digit"
+    elif name.endswith("."):
+        why = "it ends with '.', which some stores drop"
+    elif name.lower() in RESERVED_NAMES:
+        why = f"the store uses the name {name.lower()!r} itself"
+    if why is not None:
+        raise InputError(f"{section}.{_shown(name)}: invalid name ({why}); rename it (names "
+                         f"become folders and object keys of the store)")
+
+
+def check_model_names(names: list[str]) -> None:
+    """InputError if a generated model name (seed replicates, controls) is too long for a
+    folder, or if two model names differ only in case (their folders would be one on a file
+    system that ignores case: macOS's and Windows' by default)."""
+    seen: dict[str, str] = {}
+    for name in names:
+        if len(name) > MAX_MODEL_NAME:
+            raise InputError(f"models.{_shown(name)}: a generated name of {len(name)} characters, "
+                             f"at most {MAX_MODEL_NAME}; shorten the model's name or its seeds")
+        other = seen.setdefault(name.lower(), name)
+        if other != name:
+            raise InputError(f"models.{_shown(name)}: differs from models.{_shown(other)} only in "
+                             f"case, so both would be one folder on a file system that ignores "
+                             f"case (macOS, Windows); rename one")
+
+
 def _check_references(config: SweepConfig) -> None:
     """Names are usable as Zarr group names and every model names a defined dataset."""
     for section in ("datasets", "models"):
         for name in getattr(config, section):
-            if not NAME.match(name) or name in RESERVED_NAMES:
-                raise InputError(
-                    f"{section}.{name}: invalid name; use letters, digits, '_', '.', '-' "
-                    f"(not starting with a symbol, not {sorted(RESERVED_NAMES)})"
-                )
+            check_name(section, name)
     for name, model in config.models.items():
         if model.dataset not in config.datasets:
             defined = ", ".join(sorted(config.datasets)) or "none"
@@ -405,6 +446,7 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
     _check_references(config)
     expanded = expand_controls(expand_seeds(config, _trained_models(config)))
     _few_enough_models(len(expanded.models), " (seed replicates and controls included)")
+    check_model_names(list(expanded.models))
     return expanded
 
 
@@ -435,7 +477,7 @@ def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:
     except FileNotFoundError:
         raise InputError(f"{path}: no such config file") from None
     try:
-        data = load_yaml(text)
+        data = load_yaml(text, path.name)
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

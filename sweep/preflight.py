@@ -10,6 +10,7 @@ beside a changed one, no checkpoint trained for options the store will not accep
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import zarr
@@ -26,6 +27,8 @@ from workers.inputs import open_dataset
 from workers.inputs.images import ImageFolder
 from workers.models import resolve_model
 
+PIXEL_CHECK_ENV = "DOBRUSHIN_PIXEL_CHECK_MIB"
+PIXEL_CHECK_MIB = 64.0  # image folders up to this size are decoded before the lock (~2 s)
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
 CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout",
                "batch_size", "device")
@@ -65,7 +68,8 @@ def check_store_path(store: StoreLike) -> bool:
 
 def check_models(config: SweepConfig) -> None:
     """Every model resolves (source and options), reads a dataset of its own modality and has
-    its weights file where the driver can see it (`hf:` folders: `check_local_weights`)."""
+    its weights file and its image processor's or tokenizer's files where the driver can see
+    them (`hf:` folders: `check_local_weights`, `check_local_preprocessing`)."""
     for name, entry in config.models.items():
         spec = resolve_model(entry.source, **entry.options)
         kind = config.datasets[entry.dataset].to_spec().kind
@@ -75,20 +79,42 @@ def check_models(config: SweepConfig) -> None:
                 f"{entry.dataset!r} is {kind}; point it at a {spec.modality} dataset"
             )
         if spec.family == "hf":
-            from workers.models.hf import check_local_weights
+            from workers.models.hf import check_local_preprocessing, check_local_weights
 
             check_local_weights(spec)
+            check_local_preprocessing(spec)
+
+
+def pixel_check_bytes() -> int:
+    """How many bytes of image files `check_inputs` decodes before the lock:
+    DOBRUSHIN_PIXEL_CHECK_MIB (MiB; 0: none), else PIXEL_CHECK_MIB."""
+    value = os.environ.get(PIXEL_CHECK_ENV)
+    try:
+        mib = float(value) if value else PIXEL_CHECK_MIB
+    except ValueError:
+        mib = -1.0
+    if not mib >= 0 or mib == float("inf"):
+        raise InputError(f"{PIXEL_CHECK_ENV}={value!r}: give the MiB of image files to decode "
+                         f"before a run (0: none)")
+    return int(mib * (1 << 20))
 
 
 def check_inputs(config: SweepConfig) -> None:
     """Every image file of the image folders that models read opens as an image (a header read
-    each, no pixel decoded: `workers.inputs.images.check_header`)."""
+    each: `workers.inputs.images.check_header`), and the pixels of every file decode when the
+    folder's files add up to at most `pixel_check_bytes()` (`ImageFolder.check_pixels`): an
+    image damaged past its header is then refused before anything is written; in a larger
+    folder it is found by its extraction task (the store stays resumable, and `sweep status`
+    names the image)."""
+    budget = pixel_check_bytes()
     for name in dict.fromkeys(entry.dataset for entry in config.models.values()):
         spec = config.datasets[name].to_spec()
         if spec.kind == "image" and spec.path is not None:
             dataset = open_dataset(spec)
             if isinstance(dataset, ImageFolder):
                 dataset.check_headers()
+                if budget and dataset.total_bytes() <= budget:
+                    dataset.check_pixels()
 
 
 def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ import xarray as xr
 from storage.counts import group_counts, rates
 from storage.errors import InputError
 from storage.layout import BASELINE_GROUP
+from storage.location import redact_url
 from storage.query import (
     attaining_special,
     cell_counts,
@@ -97,7 +98,7 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
     (`bootstrap`: resamples and seed), and the `intervals` table compares the two."""
     if ci not in CI_METHODS:
         raise InputError(f"--ci {ci!r}: choose one of {', '.join(CI_METHODS)}")
-    report = _build_wilson(tree, store, tol)
+    report = _build_wilson(tree, redact_url(store), tol)
     pairs, head_intervals = findings_rules.head_pairs(tree), None
     if ci != "wilson":
         how = bootstrap or Bootstrap()

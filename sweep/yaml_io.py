@@ -1,9 +1,19 @@
-"""The one YAML reader of sweep and cluster configs: UTF-8 checked, duplicate keys refused.
+"""The one YAML reader of sweep and cluster configs: bounded, UTF-8 checked, duplicate keys refused.
 
 `yaml.safe_load` silently keeps the last of two equal keys; `load_yaml` raises a
 `yaml.constructor.ConstructorError` whose `problem_mark` gives the line of the repeat (callers
 turn YAML errors into one line with the file and line). `read_text` refuses a file that is not
 UTF-8 with the byte offset and line of the first bad byte.
+
+A config is a few KB (the bundled `default.yaml` is 3.5 KB, `cluster.yaml` 4.8 KB), so what a
+config file may hold is bounded before it can cost memory or minutes (issue 28): `read_text`
+reads at most MAX_CONFIG_BYTES (the size is checked before parsing: a 48 MB config once ran
+`sweep plan` past 180 s and 2.7 GB), and `load_yaml` parses with the safe loader (libyaml's
+when PyYAML has it: about 10 times faster than the pure-Python one on a 1 MiB list, and it
+refuses deep nesting itself), then counts every list and mapping entry, YAML aliases counted at
+each use (an alias "bomb" of a few lines would otherwise expand to billions of items in the
+validation), at most MAX_ITEMS, and at most MAX_DEPTH levels deep; each refusal is one
+`InputError` naming the key path and the bound.
 """
 
 from __future__ import annotations
@@ -12,13 +22,18 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from yaml.constructor import ConstructorError
+from yaml.constructor import ConstructorError, SafeConstructor
 
 from storage.errors import InputError
 
+MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a config is a few KB; 1,000 models take about 60 KB
+MAX_ITEMS = 100_000  # list and mapping entries of a whole config, aliases counted at each use
+MAX_DEPTH = 32  # nesting levels (a config nests 4 deep: models.<name>.options.<key>)
+SHOWN_KEY = 60  # characters of a key quoted in a message
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a mapping holding the same key twice."""
+
+class _UniqueKeys:
+    """Constructor mix-in that refuses a mapping holding the same key twice."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: dict[Any, int] = {}
@@ -35,17 +50,88 @@ class UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark,
                 )
             seen[key] = key_node.start_mark.line + 1
-        return super().construct_mapping(node, deep=deep)
+        return SafeConstructor.construct_mapping(self, node, deep=deep)
 
 
-def load_yaml(text: str) -> Any:
-    """Parse YAML text safely (no tags), refusing duplicate keys."""
-    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+class UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
+    """SafeLoader (pure Python) that refuses a mapping holding the same key twice."""
 
 
-def read_text(path: Path) -> str:
-    """The file's text; InputError naming the line and byte of the first non-UTF-8 byte."""
-    data = path.read_bytes()
+if getattr(yaml, "__with_libyaml__", False):
+    class FastUniqueKeyLoader(_UniqueKeys, yaml.CSafeLoader):
+        """CSafeLoader (libyaml's parser, the safe constructor) refusing duplicate keys."""
+
+    LOADER: type = FastUniqueKeyLoader
+else:  # pragma: no cover - PyYAML's wheels ship libyaml on Linux and macOS
+    LOADER = UniqueKeyLoader
+
+
+def load_yaml(text: str, where: str = "") -> Any:
+    """Parse YAML text safely (no tags), refusing duplicate keys, then `check_bounded`;
+    `where` (the file's name) starts a bound's message."""
+    try:
+        data = yaml.load(text, Loader=LOADER)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:  # the pure-Python parser on deep nesting
+        raise InputError(f"{where + ': ' if where else ''}nested too deeply (more than "
+                         f"{MAX_DEPTH} levels); a config nests a few levels") from None
+    check_bounded(data, where)
+    return data
+
+
+def _key(path: str, key: Any) -> str:
+    text = str(key)
+    text = text if len(text) <= SHOWN_KEY else f"{text[:SHOWN_KEY]}..."
+    return f"{path}.{text}" if path else text
+
+
+def check_bounded(data: Any, where: str = "") -> None:
+    """InputError naming the key path if `data` (parsed YAML) holds more than MAX_ITEMS list
+    and mapping entries in all (an alias counted at each use: this is the size the validation
+    would walk) or nests deeper than MAX_DEPTH. Stops as soon as a bound is passed, so a
+    self-referencing alias (`&a [*a]`) ends too."""
+    prefix = f"{where}: " if where else ""
+    total = 0
+    stack: list[tuple[Any, str, int]] = [(data, "", 0)]
+    while stack:
+        node, path, depth = stack.pop()
+        if isinstance(node, dict):
+            children = [(value, _key(path, key)) for key, value in node.items()]
+        elif isinstance(node, list):
+            children = [(value, f"{path}[{i}]") for i, value in enumerate(node)]
+        else:
+            continue
+        shown = path if len(path) <= 2 * SHOWN_KEY else f"{path[:2 * SHOWN_KEY]}..."
+        shown = shown or "(top level)"
+        if len(children) > MAX_ITEMS:
+            raise InputError(
+                f"{prefix}{shown}: {len(children):,} items, more than a whole config may hold "
+                f"({MAX_ITEMS:,}); a config is a few KB: put long lists in a data file (datasets "
+                f"take a path), or split the sweep over several configs")
+        total += len(children)
+        if total > MAX_ITEMS:
+            raise InputError(
+                f"{prefix}{shown}: more than {MAX_ITEMS:,} list and mapping items in the config "
+                f"(YAML aliases counted at each use); a config is a few KB: put long lists in a "
+                f"data file, or split the sweep over several configs")
+        if depth >= MAX_DEPTH and children:
+            raise InputError(f"{prefix}{shown}: nested more than {MAX_DEPTH} levels deep; a "
+                             f"config nests a few levels")
+        stack.extend((value, key, depth + 1) for value, key in children
+                     if isinstance(value, dict | list))
+
+
+def read_text(path: Path, limit: int = MAX_CONFIG_BYTES) -> str:
+    """The file's text; InputError if it holds more than `limit` bytes (read no further) or
+    naming the line and byte of the first non-UTF-8 byte."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+        if len(data) > limit:
+            size = Path(path).stat().st_size
+            what = f"{size / (1 << 20):.1f} MiB" if size > limit else f"more than {limit:,} bytes"
+            raise InputError(
+                f"{path}: {what}, larger than a config may be ({limit / (1 << 20):g} MiB); a "
+                f"config is a few KB (the bundled default.yaml 3.5 KB): put long lists in a "
+                f"data file (datasets take a path), or split the sweep over several configs")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as error:

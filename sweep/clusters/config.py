@@ -21,6 +21,7 @@ from pydantic import (
 )
 
 from storage.errors import InputError
+from storage.location import check_no_userinfo
 from sweep.yaml_io import load_yaml, read_text
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
@@ -90,6 +91,16 @@ class AddressConfig(_Spec):
         if (self.scheduler is None) == (self.scheduler_file is None):
             raise ValueError("give exactly one of scheduler or scheduler_file")
         return self
+
+    @field_validator("scheduler")
+    @classmethod
+    def _no_credentials(cls, scheduler: str | None) -> str | None:
+        try:
+            check_no_userinfo(scheduler or "", "the address",
+                              "secure the scheduler with TLS (distributed's security settings)")
+        except InputError as error:
+            raise ValueError(str(error)) from None
+        return scheduler
 
 
 class SlurmPool(_Spec):
@@ -212,7 +223,7 @@ def load_cluster_config(path: str | Path | None) -> ClusterConfig:
         raise InputError(f"cluster file {path} does not exist; pass an existing file or none")
     text = read_text(path)
     try:
-        raw = load_yaml(text)
+        raw = load_yaml(text, str(path))
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = f" line {mark.line + 1}" if mark is not None else ""

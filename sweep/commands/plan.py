@@ -15,6 +15,7 @@ from storage import markers
 from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
 from storage.location import locate
+from storage.store import redacted
 from sweep.balance import balance_lines, cluster_pools
 from sweep.cluster import check_store_fits_cluster, describe_cluster, load_cluster_config
 from sweep.config import SweepConfig, default_config_path, load_config
@@ -168,7 +169,7 @@ def plan(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     print("resolved config:")
-    print(yaml.safe_dump(config.resolved(), sort_keys=False).rstrip())
+    print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
     datasets = check_size_early(config)
     facts, problems = collect_facts(config, progress=True, datasets=datasets)
     sweep_plan = build_plan(config, facts)

@@ -8,7 +8,7 @@ import argparse
 import yaml
 
 from storage.errors import InputError
-from storage.location import STORAGE_OPTIONS, StoreRef
+from storage.location import STORAGE_OPTIONS, StoreRef, check_no_userinfo
 
 
 def add_store_argument(parser: argparse.ArgumentParser) -> None:
@@ -23,6 +23,7 @@ def add_store_argument(parser: argparse.ArgumentParser) -> None:
 def store_ref(args: argparse.Namespace) -> StoreRef:
     """The store the arguments name, with its storage options (values read as YAML scalars:
     `anon=true` is a boolean)."""
+    check_no_userinfo(args.store, "store")
     options = {}
     for item in args.storage_option:
         key, sep, value = item.partition("=")
@@ -32,4 +33,5 @@ def store_ref(args: argparse.Namespace) -> StoreRef:
     try:
         return StoreRef.of(args.store, options)
     except InputError as error:
-        raise InputError(f"--storage-option {error}") from None
+        raise InputError(f"--storage-option {str(error).removeprefix('storage_options.')}"
+                         ) from None

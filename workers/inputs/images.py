@@ -34,6 +34,16 @@ def _read_rgb(path: Path) -> Image.Image:
         raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
 
 
+def check_pixels(path: Path) -> None:
+    """InputError (the message a task reading `path` gives) if the file's pixels do not decode
+    (an image truncated or damaged past its header): the decode a task does, kept nowhere."""
+    try:
+        with Image.open(path) as image:
+            image.load()
+    except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
+        raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
+
+
 def check_header(path: Path) -> None:
     """InputError (the message a task reading `path` gives) if the file is unreadable or its
     header is not an image PIL knows: one header read, no pixel decoded (a 0-byte file, a
@@ -68,6 +78,16 @@ class ImageFolder(Dataset):
         """`check_header` of every file (about 0.1 ms each), in id order."""
         for name in self.ids:
             check_header(self.root / name)
+
+    def total_bytes(self) -> int:
+        """The files' sizes added up (a stat each)."""
+        return sum((self.root / name).stat().st_size for name in self.ids)
+
+    def check_pixels(self) -> None:
+        """`check_pixels` of every file (a full decode: 1 to 7 ms for 0.06 to 0.2 MB JPEGs and
+        PNGs on the project's loaded 2-core machine), in id order."""
+        for name in self.ids:
+            check_pixels(self.root / name)
 
 
 class SampleImages(Dataset):

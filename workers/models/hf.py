@@ -77,6 +77,43 @@ def check_local_weights(spec: ModelSpec) -> None:
     )
 
 
+# What `from_pretrained` reads to preprocess: the image processor's settings (transformers also
+# reads them from the "image_processor" entry of processor_config.json), or a tokenizer's files
+PREPROCESSING_FILES = {
+    "image": ("preprocessor_config.json", "processor_config.json"),
+    "text": ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json",
+             "tokenizer.model", "spiece.model", "sentencepiece.bpe.model"),
+}
+PREPROCESSING_WHAT = {
+    "image": ("preprocessor_config.json (the image processor's resize, crop, mean and std)",
+              "AutoImageProcessor"),
+    "text": ("tokenizer files (tokenizer.json, or tokenizer_config.json and a vocabulary)",
+             "AutoTokenizer"),
+}
+
+
+def check_local_preprocessing(spec: ModelSpec) -> None:
+    """InputError naming the missing file if `spec` loads from a local directory that holds
+    none of the files its image processor or tokenizer is read from (PREPROCESSING_FILES);
+    random-init controls read the same folder. A directory listing, nothing loaded."""
+    if spec.family != "hf" or not spec.pretrained or spec.modality not in PREPROCESSING_FILES:
+        return
+    folder = Path(model_location(spec.source))
+    if not folder.is_dir() or any((folder / name).is_file()
+                                  for name in PREPROCESSING_FILES[spec.modality]):
+        return
+    what, loader = PREPROCESSING_WHAT[spec.modality]
+    raise InputError(
+        f"model {spec.name!r}: {folder} holds no {what}; save it beside the weights "
+        f"({loader}.from_pretrained(<the checkpoint's id>).save_pretrained(folder))"
+    )
+
+
+def _preprocessing_error(spec: ModelSpec, what: str, error: Exception) -> InputError:
+    message = " ".join(str(error).split())[:400]
+    return InputError(f"model {spec.name!r}: cannot load the {what} of {spec.source!r}: {message}")
+
+
 def build_model(spec: ModelSpec) -> torch.nn.Module:
     """The transformers model of `spec` with eager attention, in eval mode (CPU, float32)."""
     if spec.random_init or not spec.pretrained:  # a control, or a tiny preset
@@ -202,14 +239,20 @@ class HFExtractor(Extractor):
             if tokenizer.vocab_size > self.config.vocab_size:
                 raise ExtractionError(f"tiny model {self.spec.name!r}: vocabulary too small")
         else:
-            tokenizer = AutoTokenizer.from_pretrained(model_location(self.spec.source))
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(model_location(self.spec.source))
+            except (OSError, ValueError) as error:
+                raise _preprocessing_error(self.spec, "tokenizer", error) from error
         tokenizer.padding_side = "right"
         self.max_length = min(int(tokenizer.model_max_length), max_positions)
         return tokenizer
 
     def _image_processor(self) -> Any:
         if self.spec.pretrained:  # the checkpoint's own, for its random-init control too
-            return AutoImageProcessor.from_pretrained(model_location(self.spec.source))
+            try:
+                return AutoImageProcessor.from_pretrained(model_location(self.spec.source))
+            except (OSError, ValueError) as error:
+                raise _preprocessing_error(self.spec, "image processor", error) from error
         size = int(self.config.image_size)
         return BitImageProcessor(
             size={"shortest_edge": size * 256 // 224}, crop_size={"height": size, "width": size},
