@@ -1,18 +1,18 @@
 """Measured flips: what extracting at a lower dtype does to a store's verdicts.
 
 The precision table (`sweep.report_precision`) counts, per model and token set, the verdicts a
-dtype's rounding *could* flip: `undecided` (decision radius <= the rounding bound epsilon).
-The radius is a lower bound of the distance to the nearest verdict change, so `undecided` is an
+dtype's rounding *could* flip: `undecided` (decision radius <= the rounding bound epsilon). The
+radius is a lower bound of the distance to the nearest verdict change, so `undecided` is an
 upper bound on what rounding the attention entries to the dtype flips; and a forward pass at the
 dtype perturbs more than one rounding per entry, so neither count is what such a sweep does.
 This module measures it: it re-extracts a sample of a store's inputs at `dtype`, in process,
-exactly as the sweep extracted them but for the dtype — the model from the group's recorded
-spec (local weights only, checked against the store's record; an FT-Transformer from the
-store's checkpoint cache), the inputs from the recorded dataset (their digests checked), in the
-sweep's own batches (a batch's padding changes the last bits) on the device kind the store
-pinned — re-tests them with the sweep's own test (`workers.tasks.evaluate_shard`, the stored
-tolerance and token sets) and counts the cells (input-layer[-head] pairs with a verdict in both)
-whose verdict differs from the stored one.
+exactly as the sweep extracted them but for the dtype — the model from the group's recorded spec
+(local weights only, checked against the store's record; an FT-Transformer from the store's
+checkpoint cache, refused when it is not there: this never trains), the inputs from the recorded
+dataset (their digests checked), in the sweep's own batches (a batch's padding changes the last
+bits) on the device kind the store pinned — re-tests them with the sweep's own test
+(`workers.tasks.evaluate_shard`, the stored tolerance and token sets) and counts the cells
+(input-layer[-head] pairs with a verdict in both) whose verdict differs from the stored one.
 
 Per model and token set: `inputs` sampled, `cells`, `undecided` (of those cells, at `dtype`, as
 the precision table counts them), `flipped` (verdict changed), `flipped_undecided` /
@@ -40,7 +40,7 @@ import zarr
 from storage.device_pin import pinned_device
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR, ResultStatus
-from storage.location import StoreRef
+from storage.location import StoreRef, locate
 from storage.statistics import wilson_interval
 from storage.store import open_root
 from sweep.plan import with_defaults
@@ -50,6 +50,7 @@ from workers.digests import input_digests
 from workers.extraction import Extraction, Extractor, load_extractor, model_dataset
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec
+from workers.models.ft_transformer import checkpoint_key
 from workers.tasks import cached_dataset, evaluate_shard
 
 FLIP_COLUMNS = ["model", "token_set", "dtype", "stored_dtype", "device", "inputs", "cells",
@@ -158,10 +159,16 @@ def reextraction(store: StoreRef, name: str, dtype: str,
     if list(dataset.ids) != ids:
         raise InputError(f"model {name!r}: the dataset's input ids differ from the store's (the "
                          f"dataset changed since the sweep); restore it")
+    cache = checkpoint_cache(store, root.attrs.get("config", {}) or {})
+    if model.spec.family == "ft-transformer" and not model.spec.random_init:
+        key = checkpoint_key(model.spec, cached_dataset(model.dataset).table)
+        if locate(cache).info(key) is None:
+            raise InputError(f"model {name!r}: its trained checkpoint {key} is not in {cache} "
+                             f"(the sweep's checkpoint cache); sweep precision never trains: "
+                             f"rerun `sweep run` with the store's config to restore it")
     kind = device or pinned_device(store, name) or "cpu"
     extractor = load_extractor(model.spec, dataset=cached_dataset(model.dataset), device=kind,
-                               dtype=dtype, cache_dir=checkpoint_cache(
-                                   store, root.attrs.get("config", {}) or {}))
+                               dtype=dtype, cache_dir=cache)
     return Reextraction(store, model, group, ids, dataset, extractor)
 
 

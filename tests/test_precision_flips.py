@@ -139,3 +139,19 @@ def test_the_command_prints_a_sample_and_refuses_an_unknown_model(store, capsys)
     assert main(["precision", str(store), "--dtype", "bfloat16", "--model", "nope"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no model 'nope'" in err[0]
+
+
+def test_a_missing_checkpoint_is_refused_not_retrained(store, tmp_path, capsys):
+    import shutil
+
+    copy = tmp_path / "copy.zarr"
+    shutil.copytree(store, copy)
+    cache = copy / ".sweep" / "cache"
+    checkpoints = sorted(cache.glob("ft-transformer-*.safetensors"))
+    assert checkpoints  # the sweep trained ft into the store's own cache
+    for path in checkpoints:
+        path.unlink()
+    assert main(["precision", str(copy), "--dtype", "bfloat16", "--model", "ft"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "sweep precision never trains" in err[0]
+    assert not sorted(cache.glob("ft-transformer-*.safetensors"))  # nothing written
