@@ -87,16 +87,24 @@ def paired_difference_interval(holding: np.ndarray, cells: np.ndarray,
     return percentile_interval(diff)
 
 
-def lift_interval(holding: np.ndarray, cells: np.ndarray, null_holding: int, null_trials: int,
-                  resamples: int, rng: np.random.Generator) -> tuple[float, float]:
-    """95% interval of rate - null rate: the rate by the cluster bootstrap over inputs, the
-    null's rate by a binomial(null_trials, its rate) draw per resample (its trials are
-    independent), both from `rng` (weights first)."""
+def lift_samples(holding: np.ndarray, cells: np.ndarray, null_holding: int, null_trials: int,
+                 resamples: int, rng: np.random.Generator) -> np.ndarray:
+    """(resamples,) resampled lifts rate - null rate: the rate by the cluster bootstrap over
+    inputs, the null's rate by a binomial(null_trials, its rate) draw per resample (its trials
+    are independent), both from `rng` (weights first). Empty when either has no count."""
     if np.sum(cells) <= 0 or null_trials <= 0:
-        return np.nan, np.nan
+        return np.empty(0, dtype=np.float64)
     rates = ratio_resamples(holding, cells, resamples, rng)
     nulls = rng.binomial(null_trials, null_holding / null_trials, size=resamples) / null_trials
-    return percentile_interval(rates - nulls)
+    return rates - nulls
+
+
+def lift_interval(holding: np.ndarray, cells: np.ndarray, null_holding: int, null_trials: int,
+                  resamples: int, rng: np.random.Generator,
+                  level: float = LEVEL) -> tuple[float, float]:
+    """The `level` (95%) percentile interval of `lift_samples`."""
+    return percentile_interval(lift_samples(holding, cells, null_holding, null_trials,
+                                            resamples, rng), level)
 
 
 def design_effect(holding: np.ndarray, cells: np.ndarray, resamples: int,

@@ -35,6 +35,7 @@ COMMANDS: dict[str, str] = {
     "status": "done/pending/failed shards of a store, per model and stage",
     "report": "tables and figures of a sweep store",
     "show": "one input up close: per layer its verdict and the pair of tokens attaining kappa",
+    "precision": "re-extract a sample of a store's inputs at a lower dtype: verdicts that flip",
 }
 
 

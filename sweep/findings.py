@@ -3,10 +3,22 @@
 Each finding is a record {model, token_set, kind, estimate, ci_low, ci_high, text, ci_method}
 (ci_method: what made its interval); the rules:
 
-- `vs_control` (controls table: difference trained - control, its 95% interval),
-  `vs_null:<null>` (nulls table: the lift observed - null) and `seeds_vs_control` (seeds table:
-  the mean difference over seeds, its between-seed t interval): *tighter* when the interval lies
-  above 0, *looser* when below 0, *indistinguishable* when it includes 0 (or touches it).
+- `vs_control` (controls table: difference trained - control, its 95% interval; one
+  comparison per model and token set, not corrected): *tighter* when the interval lies above 0,
+  *looser* when below 0, *indistinguishable* when it includes 0 (or touches it).
+- `vs_null:<null>` (nulls table: the lift observed - null): the same words, read on the lift's
+  interval at the Bonferroni level over the model's `comparisons` (every null on every token
+  set: `lift_sim_low`/`lift_sim_high`, so that a model's null findings hold together at 95%;
+  `sweep.report_nulls`); ci_method `<method>-bonferroni`.
+- `seeds_vs_control` (seeds table: the mean trained - control difference over a model's seeds,
+  its t interval with k - 1 degrees of freedom): *tighter* / *looser* as above; an interval
+  that includes 0 is *not resolved across seeds* and says "low power" (k seeds leave k - 1
+  degrees of freedom: t(0.975, 2) = 4.30 at k = 3), never that the effect is absent; the text
+  also counts the single seeds' own (paired) intervals above and below 0 (controls table).
+- `seeds_pooled_vs_control` (seeds table, when more than one model has seed replicates): the
+  mean of every replicate's trained - control difference over all those models, per token set,
+  with its t interval over the runs (each training run one draw; the runs' tables differ, so
+  the figure is the mean over them, not any one table's); *not resolved* / low power as above.
 - `failures_by_layer` (per-layer table; layers counted from 0, as the report counts them): the
   failures (pairs with a verdict that do not hold) of each layer, and each layer's share of them
   with a Wilson interval at the Bonferroni level for L layers (the L intervals hold together at
@@ -27,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Sequence
-from statistics import NormalDist
 
 import pandas as pd
 import xarray as xr
@@ -35,6 +46,9 @@ import xarray as xr
 from storage.query import model_names
 from storage.statistics import wilson_interval
 from sweep.report_controls import newcombe_interval
+from sweep.report_nulls import simultaneous_level, simultaneous_z
+from sweep.report_seeds import t_interval
+from sweep.seeds import SEED_NAME
 
 COLUMNS = ["model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text", "ci_method"]
 VERDICTS = {1: "tighter than", -1: "looser than", 0: "indistinguishable from"}
@@ -46,15 +60,22 @@ def side(low: float, high: float) -> int:
 
 
 def compare(model: str, token_set: str, kind: str, estimate: float, low: float, high: float,
-            other: str, note: str = "", ci_method: str = "wilson") -> dict | None:
+            other: str, note: str = "", ci_method: str = "wilson",
+            undecided: str = "") -> dict | None:
     """A comparison finding: `model` tighter than / looser than / indistinguishable from
-    `other`, by where the interval of the difference lies; None when it is undefined (NaN)."""
+    `other`, by where the interval of the difference lies; None when it is undefined (NaN).
+    `undecided`: what replaces "indistinguishable from" and its note when the interval
+    includes 0 (the seeds' "not resolved ... (low power)")."""
     if not all(math.isfinite(v) for v in (estimate, low, high)):
         return None
     verdict = side(low, high)
-    text = (f"{model} ({token_set}): {VERDICTS[verdict]} {other}: {_points(estimate)} "
-            f"[{_points(low)}, {_points(high)}]{note}"
-            + ("" if verdict else " (the interval includes 0)"))
+    if verdict == 0 and undecided:
+        text = (f"{model} ({token_set}): {undecided} {other}: {_points(estimate)} "
+                f"[{_points(low)}, {_points(high)}]{note}")
+    else:
+        text = (f"{model} ({token_set}): {VERDICTS[verdict]} {other}: {_points(estimate)} "
+                f"[{_points(low)}, {_points(high)}]{note}"
+                + ("" if verdict else " (the interval includes 0)"))
     return {"model": model, "token_set": token_set, "kind": kind, "estimate": estimate,
             "ci_low": low, "ci_high": high, "text": text, "ci_method": ci_method}
 
@@ -68,33 +89,96 @@ def control_findings(controls: pd.DataFrame, ci_method: str = "wilson") -> list[
 
 
 def null_findings(nulls: pd.DataFrame | None, ci_method: str = "wilson") -> list[dict]:
-    """`vs_null:<null>` from the nulls table (lift, lift_ci_low, lift_ci_high per model, set,
-    null), whose intervals `ci_method` made."""
+    """`vs_null:<null>` from the nulls table (lift, and lift_sim_low, lift_sim_high: its
+    interval at the Bonferroni level over the model's `comparisons`, made by `ci_method`, per
+    model, set, null): a model's null findings hold together at 95%."""
     if nulls is None:
         return []
-    return [compare(r["model"], r["token_set"], f"vs_null:{r['null']}", r["lift"],
-                    r["lift_ci_low"], r["lift_ci_high"], f"the size-matched {r['null']} null",
-                    ci_method=ci_method)
-            for r in nulls.to_dict("records")]
+    out = []
+    for r in nulls.to_dict("records"):
+        m = int(r["comparisons"])
+        note = (f" (Bonferroni over {r['model']}'s {m} null comparisons: each interval at "
+                f"{_level(simultaneous_level(m))})") if m > 1 else ""
+        out.append(compare(r["model"], r["token_set"], f"vs_null:{r['null']}", r["lift"],
+                           r["lift_sim_low"], r["lift_sim_high"],
+                           f"the size-matched {r['null']} null", note,
+                           ci_method=f"{ci_method}-bonferroni"))
+    return out
 
 
-def seed_findings(seeds: pd.DataFrame | None) -> list[dict]:
+LOW_POWER = "not resolved against"
+
+
+def _seed_counts(controls: pd.DataFrame | None, model: str, token_set: str) -> str:
+    """`; single seeds: a of k paired intervals above 0, b below` from the controls table rows
+    of `model`'s replicates on `token_set` ("" when the table has none)."""
+    if controls is None or controls.empty:
+        return ""
+    rows = [r for r in controls.to_dict("records") if r["token_set"] == token_set
+            and (match := SEED_NAME.match(str(r["model"]))) and match["model"] == model
+            and math.isfinite(r["ci_low"]) and math.isfinite(r["ci_high"])]
+    if not rows:
+        return ""
+    above = sum(r["ci_low"] > 0 for r in rows)
+    below = sum(r["ci_high"] < 0 for r in rows)
+    return (f"; single seeds: {above} of {len(rows)} intervals above 0, {below} below "
+            f"(each seed against its own control)")
+
+
+def _low_power_note(k: int) -> str:
+    return (f" (mean over {k} seeds, t interval with {k - 1} degrees of freedom; it includes 0: "
+            f"low power, not evidence that training has no effect)")
+
+
+def seed_findings(seeds: pd.DataFrame | None,
+                  controls: pd.DataFrame | None = None) -> list[dict]:
     """`seeds_vs_control` from the seeds table (mean trained - control difference over seeds,
-    its between-seed t interval)."""
+    its t interval over them), with the single seeds' intervals counted from `controls`."""
     if seeds is None:
         return []
-    return [compare(r["model"], r["token_set"], "seeds_vs_control", r["difference_mean"],
-                    r["difference_ci_low"], r["difference_ci_high"],
-                    "its controls across seeds",
-                    f" (mean over {sum(d is not None for d in r['differences'] or [])} seeds)",
-                    ci_method="t-over-seeds")
-            for r in seeds.to_dict("records")]
+    out = []
+    for r in seeds.to_dict("records"):
+        k = sum(d is not None for d in r["differences"] or [])
+        counts = _seed_counts(controls, r["model"], r["token_set"])
+        low, high = r["difference_ci_low"], r["difference_ci_high"]
+        decided = math.isfinite(low) and math.isfinite(high) and side(low, high) != 0
+        note = (f" (mean over {k} seeds, t interval with {k - 1} degrees of freedom)"
+                if decided else _low_power_note(k))
+        out.append(compare(r["model"], r["token_set"], "seeds_vs_control",
+                           r["difference_mean"], low, high, "its controls across seeds",
+                           note + counts, ci_method="t-over-seeds",
+                           undecided=LOW_POWER))
+    return out
 
 
-def simultaneous_z(groups: int, level: float = 0.95) -> float:
-    """The normal quantile that makes `groups` intervals hold together at `level` (Bonferroni:
-    each at 1 - (1 - level) / groups, two-sided)."""
-    return NormalDist().inv_cdf(1 - (1 - level) / (2 * groups))
+def pooled_seed_findings(seeds: pd.DataFrame | None) -> list[dict]:
+    """`seeds_pooled_vs_control`, per token set, when more than one model has seed replicates
+    with controls: the mean of all their runs' trained - control differences, its t interval
+    over the runs."""
+    if seeds is None or seeds.empty:
+        return []
+    out = []
+    for token_set, group in seeds.groupby("token_set", sort=False):
+        runs = {r["model"]: [d for d in (r["differences"] or []) if d is not None
+                             and math.isfinite(d)] for r in group.to_dict("records")}
+        runs = {model: values for model, values in runs.items() if values}
+        if len(runs) < 2:
+            continue
+        values = [d for v in runs.values() for d in v]
+        mean, low, high = t_interval(values)
+        name = " + ".join(runs)
+        decided = math.isfinite(low) and side(low, high) != 0
+        k = len(values)
+        note = (f" (mean over {k} training runs: "
+                + ", ".join(f"{model} {len(v)}" for model, v in runs.items())
+                + f"; t interval with {k - 1} degrees of freedom, each run one draw against its "
+                f"own control; the tables differ, so this is their average, not any one's"
+                + (")" if decided else "; it includes 0: low power, not evidence that training "
+                   "has no effect)"))
+        out.append(compare(name, str(token_set), "seeds_pooled_vs_control", mean, low, high,
+                           "their controls, pooled over seeds and tables", note,
+                           ci_method="t-over-runs", undecided=LOW_POWER))
+    return out
 
 
 def depth_findings(rates: pd.DataFrame) -> list[dict]:
@@ -182,7 +266,8 @@ def build_findings(summary: pd.DataFrame, rates: pd.DataFrame, controls: pd.Data
     controls', nulls' and `head_intervals`' intervals (the report's; without `head_intervals`
     the heads' come from Newcombe on the summary's Wilson intervals); each record names its
     own."""
-    records = [r for r in (*control_findings(controls, ci_method), *seed_findings(seeds),
+    records = [r for r in (*control_findings(controls, ci_method),
+                           *seed_findings(seeds, controls), *pooled_seed_findings(seeds),
                            *null_findings(nulls, ci_method), *depth_findings(rates),
                            *head_findings(summary, head_pairs, head_intervals, ci_method))
                if r is not None]
@@ -213,9 +298,13 @@ def markdown_section(findings: pd.DataFrame) -> list[str]:
     """The Findings section: how the rules read, then one line per finding."""
     out = ["## Findings", "",
            "Computed from the intervals above (sweep.findings): tighter / looser only where the "
-           "95% interval excludes 0, indistinguishable where it includes 0; failures by layer in "
-           "counts (layers from 0), said to concentrate only where the share's interval "
-           "(simultaneous over the layers) lies above the layer's share of the tested pairs.",
+           "95% interval excludes 0, indistinguishable where it includes 0; against the nulls, "
+           "on intervals widened (Bonferroni) so that a model's comparisons with every null on "
+           "every token set hold together at 95%; across training seeds, 'not resolved (low "
+           "power)' where the t interval over the seeds includes 0, with the figure pooled over "
+           "every replicated model's runs; failures by layer in counts (layers from 0), said to "
+           "concentrate only where the share's interval (simultaneous over the layers) lies "
+           "above the layer's share of the tested pairs.",
            ""]
     if findings.empty:
         return [*out, "(no findings: no controls, nulls, seeds, multi-layer failures or kept "
@@ -230,6 +319,11 @@ def _share(failures: int, total: int, interval: tuple[float, float]) -> str:
 
 def _percent(value: float) -> str:
     return f"{100 * value:.1f}%"
+
+
+def _level(value: float) -> str:
+    """A confidence level as a percentage without trailing zeros: 99.5%, 99.75%."""
+    return f"{100 * value:.4f}".rstrip("0").rstrip(".") + "%"
 
 
 def _points(value: float) -> str:

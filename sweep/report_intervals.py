@@ -20,11 +20,13 @@ import xarray as xr
 from storage.bootstrap import (
     design_effect,
     generator,
-    lift_interval,
+    lift_samples,
     paired_difference_interval,
+    percentile_interval,
     rate_interval,
 )
 from storage.query import holds, model_names, ok
+from sweep.report_nulls import simultaneous_level
 from workers.nulls import stable_int
 
 CI_METHODS = ("wilson", "bootstrap")
@@ -110,19 +112,22 @@ def bootstrap_head_differences(pairs: list[tuple[str, str]], counts: dict, how: 
 
 def bootstrap_lifts(nulls: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.DataFrame:
     """`nulls` (`report_nulls.null_lifts`) with lift_ci_low/high from the bootstrap over inputs
-    and a binomial draw of the null's count per resample."""
+    and a binomial draw of the null's count per resample, and lift_sim_low/high: the percentile
+    interval of the same resamples at the Bonferroni level of the model's `comparisons`."""
     table = nulls.copy()
     ends = []
     for r in table.to_dict("records"):
         key = (r["model"], r["token_set"])
         if key not in counts or not r["trials"]:
-            ends.append((np.nan, np.nan))
+            ends.append((np.nan,) * 4)
             continue
-        ends.append(lift_interval(counts[key][1], counts[key][2], int(r["holding"]),
-                                  int(r["trials"]), how.resamples,
-                                  how.rng("lift", *key, r["null"])))
-    table["lift_ci_low"], table["lift_ci_high"] = np.array(ends, dtype=np.float64).reshape(
-        -1, 2).T
+        samples = lift_samples(counts[key][1], counts[key][2], int(r["holding"]),
+                               int(r["trials"]), how.resamples,
+                               how.rng("lift", *key, r["null"]))
+        ends.append((*percentile_interval(samples),
+                     *percentile_interval(samples, simultaneous_level(int(r["comparisons"])))))
+    (table["lift_ci_low"], table["lift_ci_high"], table["lift_sim_low"],
+     table["lift_sim_high"]) = np.array(ends, dtype=np.float64).reshape(-1, 4).T
     return table
 
 

@@ -9,11 +9,18 @@ method 10): with Wilson intervals (l1, u1) of the observed p1 and (l2, u2) of th
 
 Like the observed rate's own Wilson interval, it treats the input-layer cells as independent
 trials (layers of one input are not); the null's draws are independent.
+
+A model is compared with every null on every token set: `comparisons` such lifts (its family).
+Beside each lift's 95% interval the table carries `lift_sim_low`/`lift_sim_high`, the same
+interval at the Bonferroni level 1 - 0.05 / comparisons (z = `simultaneous_z`), so that a model's
+lift intervals hold together at 95%: the findings read those (`sweep.findings`), the tables
+print the 95% ones.
 """
 
 from __future__ import annotations
 
 import math
+from statistics import NormalDist
 
 import numpy as np
 import pandas as pd
@@ -21,20 +28,34 @@ import xarray as xr
 
 from storage.query import model_names
 from storage.query_nulls import matched_null_table
-from storage.statistics import wilson_interval
+from storage.statistics import Z95, wilson_interval
 from workers.token_kinds import reading_label
 
 LIFT_COLUMNS = ["observed_inputs", "observed_holding", "observed_rate", "lift", "lift_ci_low",
-                "lift_ci_high"]
+                "lift_ci_high", "comparisons", "lift_sim_low", "lift_sim_high"]
+FAMILY_LEVEL = 0.95  # what a model's lift intervals hold together at
 
 
-def newcombe_interval(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float, float]:
-    """(p1 - p2, low, high): Newcombe's hybrid score 95% interval for a difference of two
-    proportions k1/n1 - k2/n2. NaN everywhere when either has no trials."""
+def simultaneous_z(groups: int, level: float = FAMILY_LEVEL) -> float:
+    """The normal quantile that makes `groups` two-sided intervals hold together at `level`
+    (Bonferroni: each at 1 - (1 - level) / groups)."""
+    return float(NormalDist().inv_cdf(1 - (1 - level) / (2 * max(groups, 1))))
+
+
+def simultaneous_level(groups: int, level: float = FAMILY_LEVEL) -> float:
+    """Each interval's level when `groups` of them hold together at `level` (Bonferroni)."""
+    return 1 - (1 - level) / max(groups, 1)
+
+
+def newcombe_interval(k1: int, n1: int, k2: int, n2: int,
+                      z: float = Z95) -> tuple[float, float, float]:
+    """(p1 - p2, low, high): Newcombe's hybrid score interval for a difference of two
+    proportions k1/n1 - k2/n2 from the two Wilson intervals at `z` (95% by default). NaN
+    everywhere when either has no trials."""
     if n1 <= 0 or n2 <= 0:
         return math.nan, math.nan, math.nan
     p1, p2 = k1 / n1, k2 / n2
-    (l1, u1), (l2, u2) = wilson_interval(k1, n1), wilson_interval(k2, n2)
+    (l1, u1), (l2, u2) = wilson_interval(k1, n1, z), wilson_interval(k2, n2, z)
     delta = p1 - p2
     return (delta, delta - math.sqrt((p1 - l1) ** 2 + (u2 - p2) ** 2),
             delta + math.sqrt((u1 - p1) ** 2 + (p2 - l2) ** 2))
@@ -44,20 +65,34 @@ def null_lifts(tree: xr.DataTree, summary: pd.DataFrame) -> pd.DataFrame:
     """Every model's size-matched nulls (`storage.query_nulls.matched_null_table`) with the
     observed rate of the same (model, token set) from `summary` (`holding_rates` by model and
     token set) and the lift: observed_inputs, observed_holding, observed_rate, lift,
-    lift_ci_low, lift_ci_high (NaN where either side has no count yet)."""
-    nulls = matched_null_table(tree, model_names(tree))
+    lift_ci_low, lift_ci_high (95%), comparisons (the model's lifts with counts on both sides),
+    lift_sim_low, lift_sim_high (at the Bonferroni level over them); NaN where either side has
+    no count yet."""
+    return add_lifts(matched_null_table(tree, model_names(tree)), summary)
+
+
+def add_lifts(nulls: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
+    """`nulls` (model, token_set, null, trials, holding, ...) with the observed counts of
+    `summary` and the lifts: the columns of `null_lifts`. Pure: tables in, table out."""
     observed = summary[["model", "token_set", "inputs", "holding", "rate"]].rename(
         columns={"inputs": "observed_inputs", "holding": "observed_holding",
                  "rate": "observed_rate"})
     table = nulls.merge(observed, on=["model", "token_set"], how="left")
+    defined = [bool(np.isfinite(r["observed_inputs"]) and r["observed_inputs"] > 0
+                    and r["trials"] > 0) for r in table.to_dict("records")]
+    table["comparisons"] = pd.Series(defined, index=table.index, dtype=np.int64).groupby(
+        table["model"]).transform("sum").astype(np.int64)
     lifts = [
-        newcombe_interval(int(r["observed_holding"]), int(r["observed_inputs"]),
-                          int(r["holding"]), int(r["trials"]))
-        if np.isfinite(r["observed_inputs"]) else (math.nan,) * 3
+        (*newcombe_interval(int(r["observed_holding"]), int(r["observed_inputs"]),
+                            int(r["holding"]), int(r["trials"])),
+         *newcombe_interval(int(r["observed_holding"]), int(r["observed_inputs"]),
+                            int(r["holding"]), int(r["trials"]),
+                            simultaneous_z(int(r["comparisons"])))[1:])
+        if np.isfinite(r["observed_inputs"]) else (math.nan,) * 5
         for r in table.to_dict("records")
     ]
-    table["lift"], table["lift_ci_low"], table["lift_ci_high"] = (
-        np.array(lifts, dtype=np.float64).reshape(-1, 3).T)
+    (table["lift"], table["lift_ci_low"], table["lift_ci_high"], table["lift_sim_low"],
+     table["lift_sim_high"]) = np.array(lifts, dtype=np.float64).reshape(-1, 5).T
     for column in ("observed_inputs", "observed_holding"):
         table[column] = table[column].fillna(0).astype(np.int64)
     return table

@@ -13,11 +13,17 @@ exceeds the bound on how far rounding the attention to that dtype moves the test
   (1 + eta)^2 / (1 - eta) - 1, applied once per special token (n_tokens - n_kept times).
 
 The relative bound holds in each dtype's normal range: float16 entries below 2^-14 round with an
-absolute error up to 2^-25 that epsilon does not cover (docs/readings.md), so its undecided
-counts are a lower bound. The bound covers the one rounding of each entry to the dtype, not the
-error of the forward pass
-that computed it (a float32 forward pass on another thread count flipped 1 of 718 verdicts in
-issue 20's re-computation), so the undecided share is a lower bound on the fragile share.
+absolute error up to 2^-25 that epsilon does not cover (docs/readings.md), so a float16 verdict
+whose radius lies just above epsilon may still be flipped by that rounding.
+
+Direction: the radius is a lower bound of the distance to the nearest verdict change, so every
+verdict that rounding the entries to the dtype flips has radius <= epsilon: `undecided` is an
+UPPER bound on what that rounding flips (many undecided verdicts do not flip). It bounds nothing,
+in either direction, for a model run in the dtype, whose forward pass rounds every intermediate
+and can move a row by more than epsilon: `sweep precision` (`sweep.precision_flips`) measures
+those flips (the default sweep: MiniLM 0 of 1,152 verdicts flip in bfloat16 against 162
+undecided; ft-cancer 18-24% against 99-100%).
+
 Verdicts and radii are those stored by the sweep (a re-applied `--tol` is not used here).
 """
 
@@ -125,5 +131,8 @@ PRECISION_INTRO = [
     "A verdict is decided at a dtype when its decision radius (docs/readings.md) exceeds what "
     "rounding the attention to that dtype can move the tested matrix (row l1: 2u/(1 - u), u = "
     "2^-24 float32, 2^-11 float16, 2^-8 bfloat16; compounded per eliminated special token for "
-    "content-complement). Undecided verdicts could flip under that rounding alone; the rate "
-    "lies in the band whatever they are. * marks the dtype the model was extracted in.", ""]
+    "content-complement). The radius is a lower bound of the distance to a flip, so the "
+    "undecided count is an upper bound on the verdicts that rounding flips, not a count of "
+    "flips; the rate lies in the band whatever they are. What a model run in the dtype flips is "
+    "measured by `sweep precision STORE --dtype DTYPE`. * marks the dtype the model was "
+    "extracted in.", ""]

@@ -4,10 +4,14 @@ Per model with replicates in the store (`sweep.seeds.seed_groups`: `<name>@seed<
 set: each seed's holding rate, their mean and a 95% between-seed interval (Student's t over the
 seeds: mean ± t(0.975, k - 1) · sd / √k, sd with k - 1 degrees of freedom, k the number of seeds
 with a rate; truncated to [0, 1]); and, where every replicate has its random-init control, each
-seed's trained − control difference with the same interval. The interval describes how
-training seeds scatter the rate (one seed is one draw of the split, the initialisation and the
-batch order); it takes no account of the sampling error within each seed's rate (the
-headline's intervals give that).
+seed's trained − control difference with the same interval. The interval describes how the
+observed rate scatters from one training run to another (one seed is one draw of the split, the
+initialisation and the batch order). Each seed's observed rate carries its own sampling error
+(its inputs are a sample), so the spread between the observed rates contains that error: the t
+interval accounts for it without adding it again (the seeds weigh equally; each seed's own
+interval is the headline's or the controls'). With k seeds it has k - 1 degrees of freedom
+(t(0.975, 2) = 4.30 at k = 3): wide, so an interval that includes 0 means low power, not no
+effect (`sweep.findings`).
 """
 
 from __future__ import annotations

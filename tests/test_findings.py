@@ -10,11 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 import xarray as xr
+from scipy import stats
 
 from storage.query import open_results
 from storage.statistics import wilson_interval
 from sweep import findings
 from sweep.report import build_report, render_json, render_markdown
+from sweep.report_nulls import add_lifts, newcombe_interval
 from tests.store_fixtures import write_store
 from tests.test_controls import model_with
 
@@ -41,7 +43,8 @@ def test_controls_nulls_and_seeds_become_records_of_one_shape():
         {"model": "b", "control": "b@random-init", "token_set": "all", "difference": 0.06,
          "ci_low": -0.02, "ci_high": 0.13}])
     nulls = pd.DataFrame([{"model": "a", "token_set": "all", "null": "softmax-b2", "lift": -0.1,
-                           "lift_ci_low": -0.15, "lift_ci_high": -0.04}])
+                           "lift_ci_low": -0.15, "lift_ci_high": -0.04, "comparisons": 1,
+                           "lift_sim_low": -0.15, "lift_sim_high": -0.04}])
     seeds = pd.DataFrame([{"model": "s", "token_set": "content", "n_seeds": 3,
                            "differences": [0.1, None, 0.0], "difference_mean": 0.05,
                            "difference_ci_low": -0.2, "difference_ci_high": 0.3}])
@@ -57,9 +60,104 @@ def test_controls_nulls_and_seeds_become_records_of_one_shape():
     assert texts[0] == "a (all): tighter than its control a@random-init: +20.0 pp [+5.0 pp, " \
         "+33.0 pp]"
     assert texts[1].startswith("a (all): looser than the size-matched softmax-b2 null: -10.0 pp")
-    assert "(mean over 2 seeds)" in texts[2]  # the seed without a difference is not counted
-    assert "indistinguishable" in texts[2]
+    assert "(mean over 2 seeds" in texts[2]  # the seed without a difference is not counted
+    assert "low power" in texts[2] and "indistinguishable" not in texts[2]
     assert texts[3].startswith("b (all): indistinguishable from its control")
+
+
+def seed_rows(model: str, token_set: str, differences: list[float]) -> dict:
+    mean = float(np.mean(differences))
+    half = stats.t.ppf(0.975, len(differences) - 1) * np.std(differences, ddof=1) / np.sqrt(
+        len(differences))
+    return {"model": model, "token_set": token_set, "n_seeds": len(differences),
+            "differences": differences, "difference_mean": mean,
+            "difference_ci_low": mean - half, "difference_ci_high": mean + half}
+
+
+def replicate_controls(model: str, token_set: str, ends: list[tuple[float, float]]):
+    return [{"model": f"{model}@seed{k}", "control": f"{model}@seed{k}@random-init",
+             "token_set": token_set, "difference": (low + high) / 2, "ci_low": low,
+             "ci_high": high} for k, (low, high) in enumerate(ends)]
+
+
+def test_seeds_whose_interval_includes_0_are_low_power_not_no_effect():
+    """Three seeds, two of whose own intervals lie above 0 and none below: the t interval over
+    the seeds includes 0, and the finding says the sweep cannot tell (low power), counts the
+    single seeds' intervals as they are, and never says 'indistinguishable' or 'either way'."""
+    seeds = pd.DataFrame([seed_rows("ft", "content", [0.062, 0.074, 0.0])])
+    controls = pd.DataFrame(replicate_controls("ft", "content",
+                                               [(0.03, 0.09), (0.04, 0.11), (-0.05, 0.05)]))
+    (record,) = findings.seed_findings(seeds, controls)
+    assert record["ci_low"] < 0 < record["ci_high"]
+    assert record["text"].startswith("ft (content): not resolved against its controls across "
+                                     "seeds: +4.5 pp")
+    assert "t interval with 2 degrees of freedom" in record["text"]
+    assert "low power, not evidence that training has no effect" in record["text"]
+    assert "single seeds: 2 of 3 intervals above 0, 0 below" in record["text"]
+    assert "indistinguishable" not in record["text"] and "either way" not in record["text"]
+
+
+def test_seeds_whose_interval_excludes_0_are_tighter_without_low_power():
+    seeds = pd.DataFrame([seed_rows("ft", "all", [0.06, 0.07, 0.065])])
+    (record,) = findings.seed_findings(seeds)
+    assert record["text"].startswith("ft (all): tighter than its controls across seeds")
+    assert "low power" not in record["text"]
+
+
+def test_the_pooled_over_seeds_figure_is_the_t_interval_over_every_run():
+    """The audit's figure: content differences of three ft-cancer and three ft-wine runs;
+    pooled, their mean with a t interval over the six runs (5 degrees of freedom)."""
+    cancer, wine = [0.062, 0.074, 0.0], [0.125, -0.069, 0.112]
+    seeds = pd.DataFrame([seed_rows("ft-cancer", "content", cancer),
+                          seed_rows("ft-wine", "content", wine),
+                          seed_rows("ft-cancer", "all", [0.1, 0.12, -0.03])])
+    (record,) = findings.pooled_seed_findings(seeds)  # `all` has one replicated model only
+    runs = cancer + wine
+    half = stats.t.ppf(0.975, 5) * np.std(runs, ddof=1) / np.sqrt(6)
+    assert (record["estimate"], record["ci_low"], record["ci_high"]) == pytest.approx(
+        (np.mean(runs), np.mean(runs) - half, np.mean(runs) + half))
+    assert (record["model"], record["token_set"], record["kind"], record["ci_method"]) == (
+        "ft-cancer + ft-wine", "content", "seeds_pooled_vs_control", "t-over-runs")
+    assert record["text"].startswith("ft-cancer + ft-wine (content): not resolved against their "
+                                     "controls, pooled over seeds and tables: +5.1 pp [-2.6 pp")
+    assert "6 training runs: ft-cancer 3, ft-wine 3" in record["text"]
+    assert "low power" in record["text"]
+    table = findings.build_findings(pd.DataFrame({"model": ["ft-cancer@seed0"]}),
+                                    pd.DataFrame(columns=["model", "layer", "token_set",
+                                                          "inputs", "holding"]),
+                                    pd.DataFrame(columns=["model", "control", "token_set",
+                                                          "difference", "ci_low", "ci_high"]),
+                                    seeds=seeds)
+    assert table["kind"].tolist().count("seeds_pooled_vs_control") == 1
+
+
+def test_null_findings_hold_together_over_a_models_comparisons():
+    """A control 1.7 pp above one of five nulls on each of two token sets: its 95% interval
+    excludes 0, but one comparison picked among ten is not evidence; the finding reads the
+    interval at 1 - 0.05/10 (Bonferroni) and says so."""
+    names = ["uniform", "softmax-b0.5", "softmax-b1", "softmax-b2", "softmax-b4"]
+    nulls = pd.DataFrame([{"model": "c", "token_set": ts, "null": null, "trials": 10000,
+                           "holding": 2580 if null == "softmax-b2" else 2700}
+                          for ts in ("all", "content") for null in names])
+    summary = pd.DataFrame([{"model": "c", "token_set": ts, "inputs": 5760, "holding": 1584,
+                             "rate": 1584 / 5760} for ts in ("all", "content")])
+    table = add_lifts(nulls, summary)
+    assert (table["comparisons"] == 10).all()
+    b2 = table[(table["null"] == "softmax-b2") & (table["token_set"] == "all")].iloc[0]
+    assert b2["lift_ci_low"] > 0  # alone, at 95%: "tighter than"
+    z = findings.simultaneous_z(10)
+    assert z == pytest.approx(2.807, abs=1e-3)
+    assert (b2["lift_sim_low"], b2["lift_sim_high"]) == pytest.approx(
+        newcombe_interval(1584, 5760, 2580, 10000, z)[1:])
+    assert b2["lift_sim_low"] < 0 < b2["lift_sim_high"]
+    records = [r for r in findings.null_findings(table)
+               if r["kind"] == "vs_null:softmax-b2" and r["token_set"] == "all"]
+    (record,) = records
+    assert record["text"].startswith("c (all): indistinguishable from the size-matched "
+                                     "softmax-b2 null")
+    assert "Bonferroni over c's 10 null comparisons: each interval at 99.5%" in record["text"]
+    assert record["ci_method"] == "wilson-bonferroni"
+    assert (record["ci_low"], record["ci_high"]) == (b2["lift_sim_low"], b2["lift_sim_high"])
 
 
 def per_layer(model: str, failures: list[int], inputs: int = 40) -> pd.DataFrame:

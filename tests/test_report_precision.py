@@ -59,6 +59,22 @@ def test_precision_is_in_the_json_and_the_markdown(store):
            "[50.0%, 75.0%] |" in render_markdown(report)
 
 
+def test_undecided_is_called_an_upper_bound_on_what_rounding_flips(store):
+    """The radius is a lower bound of the distance to a flip, so every verdict the rounding can
+    flip is undecided: the count bounds the flips from above, and the report says so (and
+    points to the command that measures a model run in the dtype)."""
+    import sweep.report_precision as precision
+
+    text = render_markdown(build_report(open_results(store), str(store)))
+    intro = precision.PRECISION_INTRO[0]
+    assert intro in text
+    assert "upper bound on the verdicts that rounding flips" in intro
+    assert "sweep precision" in intro
+    for words in (text, precision.__doc__):
+        assert "lower bound on the fragile share" not in words
+        assert "undecided counts are a lower bound" not in words
+
+
 def test_bootstrap_report_names_its_method_everywhere(store, capsys):
     from sweep.cli import main
 
