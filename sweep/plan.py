@@ -24,6 +24,7 @@ from storage.layout import head_labels
 from storage.location import StoreRef
 from sweep.config import SweepConfig
 from workers.baseline import BlockSpan, chunk_span
+from workers.equality import row_sum_tolerance
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec, resolve_model
 from workers.models.token_layout import needs_preparation
@@ -352,6 +353,7 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
         tasks.append(TestTask(
             test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
             plan.tol, plan.rollout, plan.dropped_after_test(shard),
+            row_sum_tolerance(plan.dtype),
         ))
     return tasks
 

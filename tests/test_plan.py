@@ -143,3 +143,12 @@ def test_chunks_hold_whole_blocks():
              if isinstance(t, BaselineTask) and t.n == 2]
     assert [tuple(t.blocks) for t in tasks if t.null == "uniform"] == [
         ((0, 1000), (1, 1000)), ((2, 500),)]
+
+
+def test_test_tasks_take_the_row_sum_tolerance_of_their_models_extraction_dtype():
+    """A bfloat16 softmax row misses 1 by up to its unit roundoff 2^-8, past the 1e-3 that
+    float32 and float16 rows keep: its test tasks allow 2^-7."""
+    models = {"vit": {**CONFIG["models"]["vit"], "dtype": "bfloat16"}, "ft": CONFIG["models"]["ft"]}
+    tests = {t.model: t for t in plan_of(models=models).tasks if isinstance(t, TestTask)}
+    assert tests["vit"].row_sum_tol == 2.0**-7
+    assert tests["ft"].row_sum_tol == 1e-3

@@ -68,3 +68,35 @@ def test_shard_results_cover_each_input_up_to_its_own_length():
     assert results["n_kept"][:, 0, 0, :].tolist() == [[4, 3], [3, 2]]
     alone = evaluate_input(padded[1, :, 0, :3, :3], kinds[1, :3], "content", 1e-12)
     np.testing.assert_array_equal(results["margin"][1, :, 0, 1], alone["margin"])
+
+
+def bfloat16_head_mean(rng: np.random.Generator, heads: int, t: int) -> np.ndarray:
+    """(t, t) float32: each head's softmax rounded to bfloat16, then averaged in float32, as
+    extraction stores a model run in bfloat16."""
+    import torch
+
+    logits = torch.from_numpy(rng.normal(size=(heads, t, t)) * 3.0)
+    probs = torch.softmax(logits, dim=-1).to(torch.bfloat16)
+    return probs.mean(dim=0, dtype=torch.float32).numpy()
+
+
+def test_attention_extracted_in_bfloat16_is_tested_within_its_own_row_sum_tolerance():
+    """Rows rounded to bfloat16 miss 1 by more than ROW_SUM_TOL (1e-3): refused at float32's
+    tolerance, tested at bfloat16's (`row_sum_tolerance`), where every cell gets a verdict."""
+    import pytest
+
+    from storage.errors import NotStochasticError
+    from workers.equality import ROW_SUM_TOL, row_sum_tolerance
+
+    rng = np.random.default_rng(8)
+    stack = np.stack([bfloat16_head_mean(rng, 4, 160) for _ in range(3)])  # (layer, q, k)
+    miss = np.abs(stack.astype(np.float64).sum(axis=-1) - 1.0).max()
+    assert ROW_SUM_TOL < miss <= 2.0**-8  # the case at hand: past float32's, within bfloat16's
+    kinds = np.full(160, TokenKind.CONTENT, dtype=np.int8)
+    kinds[0] = TokenKind.CLS
+    for token_set in ("all", "content", "content-pairs", "content-complement"):
+        with pytest.raises(NotStochasticError, match="must be 1 within 0.001"):
+            evaluate_input(stack, kinds, token_set, 1e-12)
+        out = evaluate_input(stack, kinds, token_set, 1e-12,
+                             row_sum_tol=row_sum_tolerance("bfloat16"))
+        assert (out["status"] == ResultStatus.OK).all() and np.isfinite(out["radius"]).all()

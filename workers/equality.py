@@ -32,7 +32,18 @@ DEFAULT_TOL = 1e-12
 at most ~4096 * 2^-53 < 5e-13, below it; real ties in attention are far above it."""
 
 ROW_SUM_TOL = 1e-3
-"""Rows must sum to 1 within this (fp16/bf16 attention misses 1 by ~1e-3); they are renormalised."""
+"""Rows must sum to 1 within this (float32 and float16 attention); they are renormalised."""
+
+ROW_SUM_TOLS = {"float32": ROW_SUM_TOL, "float16": ROW_SUM_TOL, "bfloat16": 2.0**-7}
+"""The row-sum tolerance for attention computed in each dtype: a softmax row rounded entry by entry
+to a dtype of unit roundoff u sums to 1 within u (the head mean keeps it): float16's 2^-11 and
+float32's are inside ROW_SUM_TOL, bfloat16's 2^-8 is not (MiniLM's rows miss 1 by up to 1.1e-3 in
+bfloat16), so it gets twice that. Logits or unnormalised rows miss 1 by far more either way."""
+
+
+def row_sum_tolerance(dtype: str) -> float:
+    """The row-sum tolerance for attention extracted in `dtype` (ROW_SUM_TOLS)."""
+    return ROW_SUM_TOLS.get(dtype, ROW_SUM_TOL)
 
 ROLLOUT_MODES = ("every", "last", "off")
 """Where the test stage computes the whole rollout's kappa: at every layer, at the last layer only
@@ -66,15 +77,16 @@ def _as_batch(a: np.ndarray, name: str) -> tuple[np.ndarray, bool]:
     return arr.reshape((-1,) + arr.shape[-2:]), batched
 
 
-def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
+def validate_stochastic(a: np.ndarray, name: str = "matrix",
+                        row_sum_tol: float = ROW_SUM_TOL) -> np.ndarray:
     """(n, n) or (b, n, n) row-stochastic input -> float64 (b, n, n) with rows renormalised.
 
     Raises NotStochasticError naming the matrix and row: wrong shape, NaN/inf, negative entries,
-    or a row not summing to 1 within ROW_SUM_TOL.
+    or a row not summing to 1 within `row_sum_tol`.
     """
     arr, batched = _as_batch(a, name)
     x = np.array(arr, dtype=np.float64, ndmin=3, order="C")  # (batch, row, column)
-    code, m, i, k = kernel.normalise_rows(x, ROW_SUM_TOL)
+    code, m, i, k = kernel.normalise_rows(x, row_sum_tol)
     where = _where((m, i), batched, name)
     if code == 1:
         raise NotStochasticError(
@@ -87,7 +99,7 @@ def validate_stochastic(a: np.ndarray, name: str = "matrix") -> np.ndarray:
         )
     if code == 3:
         raise NotStochasticError(
-            f"{where} sums to {x[m, i].sum():.6g} (must be 1 within {ROW_SUM_TOL:g}): pass "
+            f"{where} sums to {x[m, i].sum():.6g} (must be 1 within {row_sum_tol:g}): pass "
             "row-stochastic attention (softmax over keys)"
         )
     return x
@@ -348,9 +360,9 @@ class Restriction:
     empty_rows: np.ndarray  # (k,) int64: original indices of kept rows with zero kept mass
 
 
-def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
+def restrict(a: np.ndarray, keep: np.ndarray, row_sum_tol: float = ROW_SUM_TOL) -> Restriction:
     """Restrict a row-stochastic (n, n) matrix to the tokens where `keep` (bool (n,)) is True."""
-    x = validate_stochastic(a)
+    x = validate_stochastic(a, row_sum_tol=row_sum_tol)
     if x.shape[0] != 1:
         raise InputError(f"restrict takes one (n, n) matrix, got shape {np.shape(a)}")
     n = x.shape[1]
@@ -369,6 +381,7 @@ def restrict(a: np.ndarray, keep: np.ndarray) -> Restriction:
 
 def restrict_layers(
     layers: np.ndarray, keep: np.ndarray, out: np.ndarray | None = None,
+    row_sum_tol: float = ROW_SUM_TOL,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`restrict` of each layer of an (L, n, n) stack at once, then validated as `check` wants.
 
@@ -378,12 +391,13 @@ def restrict_layers(
     `restrict`'s empty-row case). One pass over the stack (`workers.restrict_kernel`), no
     temporaries; errors are `restrict`'s. `out`: a float64 buffer of at least L * m * m elements
     to write into (the returned stack is then a view of it when every layer is ok).
+    `row_sum_tol`: how far a row may miss 1 (`row_sum_tolerance` of the extraction dtype).
     """
     arr = np.asarray(layers)
     mask = np.asarray(keep)
     if arr.ndim != 3 or mask.dtype != np.bool_ or mask.shape != arr.shape[-1:] or not mask.any():
         for layer in arr:  # the per-layer path raises the precise error
-            restrict(layer, mask)
+            restrict(layer, mask, row_sum_tol)
         raise InputError(f"restrict_layers takes an (L, n, n) stack, got shape {arr.shape}")
     if arr.dtype not in (np.float32, np.float64):
         _as_batch(arr, "attention")  # a dtype `validate_stochastic` refuses is refused here
@@ -393,8 +407,8 @@ def restrict_layers(
     shape = (arr.shape[0], kept.size, kept.size)
     stack = np.empty(shape) if out is None else out.reshape(-1)[: np.prod(shape)].reshape(shape)
     ok = np.empty(arr.shape[0], dtype=np.bool_)
-    if not restrict_kernel.restrict_into(arr, kept, ROW_SUM_TOL, stack, ok):
-        _restrict_layers_numpy(arr, mask)  # raises the precise error
+    if not restrict_kernel.restrict_into(arr, kept, row_sum_tol, stack, ok):
+        _restrict_layers_numpy(arr, mask, row_sum_tol)  # raises the precise error
         raise RuntimeError("restrict_into rejected a stack that the numpy path accepts")
     if not ok.all():
         stack = stack[ok]
@@ -402,15 +416,15 @@ def restrict_layers(
 
 
 def _restrict_layers_numpy(
-    arr: np.ndarray, mask: np.ndarray
+    arr: np.ndarray, mask: np.ndarray, row_sum_tol: float = ROW_SUM_TOL,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`restrict_layers` by its defining numpy steps: the reference `restrict_kernel` equals bit
     for bit (tests), and the path that names the offending layer and row on bad input."""
     try:
-        x = validate_stochastic(arr)
+        x = validate_stochastic(arr, row_sum_tol=row_sum_tol)
     except NotStochasticError:
         for layer in arr:  # name the offending layer's row exactly as `restrict` does
-            restrict(layer, mask)
+            restrict(layer, mask, row_sum_tol)
         raise
     kept = np.flatnonzero(mask).astype(np.int64)
     sub = x[np.ix_(np.arange(x.shape[0]), kept, kept)]  # C order, as restrict's copy
@@ -419,9 +433,9 @@ def _restrict_layers_numpy(
     if not ok.all():
         sub, mass = sub[ok], mass[ok]
     stack = np.ascontiguousarray(sub / mass[:, :, None])
-    code, _, _, _ = kernel.normalise_rows(stack, ROW_SUM_TOL)
+    code, _, _, _ = kernel.normalise_rows(stack, row_sum_tol)
     if code:
-        validate_stochastic(stack, name="attention")  # raises with the offending row
+        validate_stochastic(stack, name="attention", row_sum_tol=row_sum_tol)  # names the row
     return stack, kept, ok
 
 

@@ -20,7 +20,7 @@ from numba import njit
 from storage.layout import AttainingKind, ResultStatus
 from workers.cells import fill_rollout, fill_verdicts
 from workers.center_bound import distances
-from workers.equality import check, restrict_layers, validate_stochastic
+from workers.equality import ROW_SUM_TOL, check, restrict_layers, validate_stochastic
 from workers.kernel import self_dominance_gap, tv_factor_one, tv_one
 from workers.radius import listed_radius
 from workers.token_kinds import TokenKind, special_mask
@@ -144,7 +144,8 @@ def stochastic_complement(a: np.ndarray, content: np.ndarray) -> np.ndarray | No
     return p[np.ix_(kept, kept)]
 
 
-def complements(x: np.ndarray, content: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def complements(x: np.ndarray, content: np.ndarray,
+                row_sum_tol: float = ROW_SUM_TOL) -> tuple[np.ndarray, np.ndarray]:
     """`stochastic_complement` of each matrix of a float64 (L, n, n) stack, validated as `check`
     wants: (stack (ok layers, m, m) float64 with rows renormalised, ok (L,) bool: the layers whose
     complement exists). Raises NotStochasticError if a complement's rows miss 1 by more than the
@@ -155,7 +156,7 @@ def complements(x: np.ndarray, content: np.ndarray) -> tuple[np.ndarray, np.ndar
     if not ok.any():
         return np.empty((0, m, m), dtype=np.float64), ok
     stack = np.stack([part for part in parts if part is not None])
-    return validate_stochastic(stack, name="content-complement"), ok
+    return validate_stochastic(stack, name="content-complement", row_sum_tol=row_sum_tol), ok
 
 
 @njit(cache=True)
@@ -212,13 +213,15 @@ def _kind_of(bits: int) -> int:
 
 
 def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: float,
-                           out: dict[str, np.ndarray], rollout_mode: str = "every") -> None:
+                           out: dict[str, np.ndarray], rollout_mode: str = "every",
+                           row_sum_tol: float = ROW_SUM_TOL) -> None:
     """Fill `out` (every result variable, per layer, as `evaluate_input` makes it) with the
     `content-pairs` reading of one input's (L, T, T) attention. The rows are the all-token
     matrices exactly as `all` tests them; there are no rollout values (NaN): kappa over content
     pairs is not sub-multiplicative, so the product of the layer bounds bounds nothing."""
     content = np.asarray(token_kind) == TokenKind.CONTENT
-    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
+    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool),  # (layer, n, n)
+                              row_sum_tol=row_sum_tol)
     verdicts = content_pairs(x, np.flatnonzero(content), tol)
     for name, values in verdicts.items():
         out[name][:] = values
@@ -229,14 +232,16 @@ def evaluate_content_pairs(attention: np.ndarray, token_kind: np.ndarray, tol: f
 
 
 def evaluate_content_complement(attention: np.ndarray, token_kind: np.ndarray, tol: float,
-                                out: dict[str, np.ndarray], rollout_mode: str = "every") -> None:
+                                out: dict[str, np.ndarray], rollout_mode: str = "every",
+                                row_sum_tol: float = ROW_SUM_TOL) -> None:
     """Fill `out` with the `content-complement` reading: `check` of each layer's stochastic
     complement on the content tokens (status SINGULAR where I - A_SS is singular), pairs on the
     input's token axis, and the rollout of the complements (stopping at the first singular
     layer) -- the rollout of the complements, not the complement of the rollout."""
     content = np.asarray(token_kind) == TokenKind.CONTENT
-    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool))  # (layer, n, n)
-    stack, ok = complements(x, content)  # (ok layers, m, m)
+    x, _, _ = restrict_layers(attention, np.ones(content.shape, dtype=bool),  # (layer, n, n)
+                              row_sum_tol=row_sum_tol)
+    stack, ok = complements(x, content, row_sum_tol)  # (ok layers, m, m)
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.SINGULAR)
     if not ok.any():
         return

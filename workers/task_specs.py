@@ -13,6 +13,7 @@ from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE, PREPARE_
 from storage.location import StoreRef
 from storage.markers import marker_name
 from workers.baseline import BlockSpan
+from workers.equality import ROW_SUM_TOL
 from workers.inputs import DatasetSpec
 from workers.models import ModelSpec
 
@@ -74,6 +75,8 @@ class TestTask(ShardTask):
     tol: float
     rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
     drop: tuple[int, ...] = ()  # inputs whose attention is deleted once tested (attention: policy)
+    row_sum_tol: float = ROW_SUM_TOL  # how far a row may miss 1: `row_sum_tolerance` of the
+    # extraction dtype
 
     stage = "test"
     resources = {"CPU": 1}

@@ -36,7 +36,7 @@ from storage.store import (
 from workers.baseline import holding_in_blocks
 from workers.cells import fill_rollout, fill_verdicts
 from workers.digests import input_digests
-from workers.equality import ROLLOUT_MODES, check, restrict_layers
+from workers.equality import ROLLOUT_MODES, ROW_SUM_TOL, check, restrict_layers
 from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.matched import matched_holding, size_histograms
@@ -200,7 +200,8 @@ def run_extract(task: ExtractTask) -> int:
 
 
 def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
-               tol: float, rollout_mode: str = "every") -> dict[str, np.ndarray]:
+                   tol: float, rollout_mode: str = "every",
+                   row_sum_tol: float = ROW_SUM_TOL) -> dict[str, np.ndarray]:
     """Every result variable, per layer, for one input's (L, T, T) attention and one token set.
 
     A token set that keeps fewer than two tokens has no pair: status TOO_SMALL (none) or
@@ -208,7 +209,8 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     are evaluated by `workers.readings`; the others by restriction (rows renormalised).
     `rollout_mode` (one of ROLLOUT_MODES): the layers whose whole-rollout kappa and bound are
     computed (every layer up to the first failed one; the last layer only, if no layer failed;
-    none); the rollout variables stay NaN elsewhere.
+    none); the rollout variables stay NaN elsewhere. `row_sum_tol`: how far a row may miss 1
+    (`workers.equality.row_sum_tolerance` of the extraction dtype).
     """
     if rollout_mode not in ROLLOUT_MODES:
         raise InputError(f"rollout {rollout_mode!r}: choose one of {', '.join(ROLLOUT_MODES)}")
@@ -220,11 +222,12 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
         out["status"][:] = ResultStatus.ONE_TOKEN if keep.any() else ResultStatus.TOO_SMALL
         return out
     if token_set in READING_EVALUATORS:
-        READING_EVALUATORS[token_set](attention, token_kind, tol, out, rollout_mode)
+        READING_EVALUATORS[token_set](attention, token_kind, tol, out, rollout_mode, row_sum_tol)
         return out
     m = int(keep.sum())
     stack, kept, ok = restrict_layers(attention, keep,  # (ok layers, m, m)
-                                      out=scratch("restricted", (n_layers, m, m)))
+                                      out=scratch("restricted", (n_layers, m, m)),
+                                      row_sum_tol=row_sum_tol)
     out["status"][:] = np.where(ok, ResultStatus.OK, ResultStatus.EMPTY_ROW)
     if not ok.any():
         return out
@@ -239,11 +242,12 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
 
 def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray,
                    token_kind: np.ndarray, token_sets: tuple[str, ...], tol: float,
-                   rollout_mode: str = "every") -> dict[str, np.ndarray]:
+                   rollout_mode: str = "every",
+                   row_sum_tol: float = ROW_SUM_TOL) -> dict[str, np.ndarray]:
     """Result variables (input, layer, head, token_set) for a shard's padded attention
-    (input, layer, head, query, key): each head's (layer, T, T) stack is tested on its own.
-    `attention[i]` is read once per input: a `StoredAttention` reads the store one input at a
-    time, so a test task holds one input's attention, not its shard's."""
+    (input, layer, head, query, key): each head's (layer, T, T) stack is tested on its own
+    (`evaluate_input`). `attention[i]` is read once per input: a `StoredAttention` reads the
+    store one input at a time, so a test task holds one input's attention, not its shard's."""
     n, n_layers, n_heads = len(n_tokens), attention.shape[1], attention.shape[2]
     results = {name: np.full((n, n_layers, n_heads, len(token_sets)), var.fill, dtype=var.dtype)
                for name, var in RESULT_VARS.items()}
@@ -253,7 +257,7 @@ def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray
         for h in range(n_heads):
             for s, token_set in enumerate(token_sets):
                 cells = evaluate_input(stack[:, h, :t, :t], token_kind[i, :t], token_set, tol,
-                                       rollout_mode)
+                                       rollout_mode, row_sum_tol)
                 for name, values in cells.items():
                     results[name][i, :, h, s] = values
     return results
@@ -276,7 +280,7 @@ def run_test(task: TestTask) -> int:
     attention = shard_attention(group, task.start, task.stop)  # (input, layer, head, q, k)
     arrays = write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                              task.token_sets, task.tol,
-                                                             task.rollout))
+                                                             task.rollout, task.row_sum_tol))
     files = shard_chunks(arrays, tuple(name for name in RESULT_VARS if name in arrays),
                          task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker,
