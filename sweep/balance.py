@@ -67,13 +67,6 @@ CONSTANTS: dict[str, Constant] = {
         "one thread, 2-core AMD EPYC otherwise idle, 2026-11-30; DINOv2-L-reg 224 in the same "
         "run: 4.3e-11",
     ),
-    "RADIUS_S": Constant(
-        6.6e-11, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
-        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1: `screened_radius` alone on the matrices of "
-        "benchmarks/test_stage_bench.py's cases (its part 'radius'), CPU ms / T^2 per matrix: "
-        "the largest of T = 197 (5.4e-11), 261 (6.6e-11), 577 (1.4e-11) and 1370 (3.4e-11), "
-        "0.4-2.8% of `check`; 2-core AMD EPYC shared with other jobs, 2026-12-03",
-    ),
     "PRODUCTS_S": Constant(
         1.2e-10, "CPU-s per pair-element (T^3/2) of one float64 rollout product",
         "same run, part 'rollout products' (DINOv2-L-reg: 1.1e-10)",
@@ -88,6 +81,13 @@ CONSTANTS: dict[str, Constant] = {
         "restriction, write",
         "that re-run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 4.0e-9; after the "
         "reused read buffer)",
+    ),
+    "RADIUS_S": Constant(
+        6.6e-11, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1: `screened_radius` alone on the matrices of "
+        "benchmarks/test_stage_bench.py's cases (its part 'radius'), CPU ms / T^2 per matrix: "
+        "the largest of T = 197 (5.4e-11), 261 (6.6e-11), 577 (1.4e-11) and 1370 (3.4e-11), "
+        "0.4-2.8% of `check`; 2-core AMD EPYC shared with other jobs, 2026-12-03",
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
