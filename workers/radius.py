@@ -23,8 +23,9 @@ kappa_p summed as `kernel.tv_one` sums it.
 Cost: `screened_radius` runs inside `check`'s kernel on the 16-bit screen the kernel already
 made (`workers.pruned`): Q_p gives an upper bound U_p >= kappa_p, so (kappa - U_p)/2 bounds a
 pair's kappa term from below. Pairs are visited in rising bands of that lower bound (LEVELS);
-only pairs whose bound and self-dominance term are both below the running minimum are summed,
-and a band that ends with the minimum inside it ends the search. `listed_radius` takes every
+only pairs whose bound and self-dominance term are both below the running minimum are summed
+(once: a later band skips what an earlier one summed), and a band that ends with the minimum
+inside it ends the search. `listed_radius` takes every
 pair's kappa_p already summed (the `content-pairs` reading sums them all anyway).
 """
 
@@ -98,6 +99,7 @@ def screened_radius(x: np.ndarray, screened: np.ndarray, row_min: np.ndarray, sc
     tight = margin <= tol
     floor = margin - tol
     best = np.inf
+    done_q, done_limit = -1, -np.inf  # the last band's final filter: what passed it was summed
     for level in LEVELS:
         limit = min(level, best)
         q = keep_limit(c0, kappa, limit, tight, tol, scale)
@@ -106,11 +108,12 @@ def screened_radius(x: np.ndarray, screened: np.ndarray, row_min: np.ndarray, sc
                 continue
             row = screened[i]
             for j in range(i + 1, n):
-                if np.int64(row[j]) > q:
+                screen = np.int64(row[j])
+                if screen > q:
                     continue
                 gap = gap_term(dominance_gap(x, i, j), tight, tol)
-                if gap >= limit:
-                    continue
+                if gap >= limit or (screen <= done_q and gap < done_limit):
+                    continue  # cannot lower the minimum, or summed in an earlier band
                 value = pair_value(kappa, tv_one(x, i, j), gap, tight, tol)
                 if value < best:
                     best = value
@@ -121,6 +124,7 @@ def screened_radius(x: np.ndarray, screened: np.ndarray, row_min: np.ndarray, sc
                         q = keep_limit(c0, kappa, limit, tight, tol, scale)
         if best <= level:
             break
+        done_q, done_limit = q, limit
     return finish(best, tight, floor)
 
 
