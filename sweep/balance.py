@@ -83,11 +83,11 @@ CONSTANTS: dict[str, Constant] = {
         "reused read buffer)",
     ),
     "RADIUS_S": Constant(
-        6.6e-11, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
-        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1: `screened_radius` alone on the matrices of "
-        "benchmarks/test_stage_bench.py's cases (its part 'radius'), CPU ms / T^2 per matrix: "
-        "the largest of T = 197 (5.4e-11), 261 (6.6e-11), 577 (1.4e-11) and 1370 (3.4e-11), "
-        "0.4-2.8% of `check`; 2-core AMD EPYC shared with other jobs, 2026-12-03",
+        1.1e-10, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py, part 'radius' "
+        "(screened_radius alone, with its per-matrix call) / T^2 per matrix: the largest of "
+        "ViT-B T = 197 (1.07e-10), DINOv2-L-reg 261 (6.4e-11), DINOv2-B 336 577 (2.5e-11) and "
+        "DINOv2 518 1370 (1.02e-10), 0.8-4.4% of check; benchmarks/README.md, 2026-12-03",
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
