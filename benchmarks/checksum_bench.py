@@ -7,9 +7,9 @@ attention chunk (12 x 197 x 197 float32, 1,862,832 bytes) and a DINOv2-518 one (
 `startup`: a synthetic finished store of --chunks chunks of --chunk-bytes under markers of
 --per-marker chunks each, at --store (a local folder by default, or a URL such as
 s3://bucket/prefix with --endpoint-url), checked as `sweep run` does at start-up
-(`sweep.freshness.damaged_tasks`, marker reads included): the listing check (sizes and versions
-from one listing), and `--verify` (every chunk re-read and re-hashed with CRC32C), each timed on
-its second pass. Local chunks are freshly written, so reads come from the page cache.
+(`sweep.driver.freshness.damaged_tasks`, marker reads included): the listing check (sizes and
+versions from one listing), and `--verify` (every chunk re-read and re-hashed with CRC32C), each
+timed on its second pass. Local chunks are freshly written, so reads come from the page cache.
 
     PYTHONPATH=. python benchmarks/checksum_bench.py hash
     PYTHONPATH=. python benchmarks/checksum_bench.py startup --chunks 2000
@@ -33,7 +33,7 @@ from storage import markers
 from storage.integrity import checksums
 from storage.location import StoreRef, locate
 from storage.recording import crc32c_of
-from sweep.freshness import damaged_tasks
+from sweep.driver.freshness import damaged_tasks
 
 VIT_B = 12 * 197 * 197 * 4
 DINOV2_518 = 90_000_000

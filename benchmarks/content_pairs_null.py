@@ -5,8 +5,8 @@ draw it replaced, 4,000 trials each.
 """
 import numpy as np
 
-from workers.matched import count_full_row_holding
-from workers.nulls import count_holding, get_null
+from workers.nulls.matched import count_full_row_holding
+from workers.nulls.registry import count_holding, get_null
 
 for null in ("uniform", "softmax-b1", "qk-d24"):
     for t, c in ((14, 13), (31, 30), (20, 18)):

@@ -22,9 +22,9 @@ from contextlib import contextmanager
 
 import torch
 
-from workers.extraction import Extractor, load_extractor, prepare_model
 from workers.inputs import DatasetSpec, infer_kind, open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import Extractor, load_extractor, prepare_model
+from workers.models.registry import resolve_model
 
 
 @contextmanager

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.config import default_config_path, load_config
-from workers.equality import DEFAULT_TOL
-from workers.extraction import load_extractor, model_dataset, prepare_model
+from sweep.config.load import default_config_path, load_config
+from workers.exact.equality import DEFAULT_TOL
 from workers.inputs import open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import load_extractor, model_dataset, prepare_model
+from workers.models.registry import resolve_model
 from workers.tasks import evaluate_input
 
 

@@ -19,7 +19,8 @@ import torch
 import yaml
 
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_training, resolve_model
+from workers.models import ft_training
+from workers.models.registry import resolve_model
 
 
 def main() -> None:

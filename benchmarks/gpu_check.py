@@ -27,16 +27,16 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from sweep.cluster import load_cluster_config, open_client
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import execute_plan, locked, materialise
-from workers.equality import check, restrict_layers
-from workers.extraction import load_extractor
+from sweep.clusters.client import load_cluster_config, open_client
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import execute_plan, locked, materialise
+from workers.exact.equality import check, restrict_layers
+from workers.exact.token_kinds import keep_mask, special_mask
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ModelSpec, resolve_model
+from workers.models.extraction import load_extractor
+from workers.models.registry import ModelSpec, resolve_model
 from workers.tasks import evaluate_shard
-from workers.token_kinds import keep_mask, special_mask
 
 RESULT_FIELDS = ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
                  "pair", "attaining_pairs", "attaining_special")

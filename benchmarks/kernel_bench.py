@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from scipy.spatial.distance import cdist
 
-from workers.baseline import draw_uniform_stochastic
-from workers.equality import check
+from workers.exact.equality import check
+from workers.nulls.baseline import draw_uniform_stochastic
 
 
 def attention_like(rng: np.random.Generator, n: int, b: int | None = None) -> np.ndarray:

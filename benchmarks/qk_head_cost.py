@@ -11,14 +11,14 @@ from pathlib import Path
 
 import numpy as np
 
-from sweep.config import load_config
-from sweep.runner import measured_datasets
-from workers.baseline import chunk_span
-from workers.matched import SizeHistogram, matched_holding
-from workers.models import resolve_model
+from sweep.config.load import load_config
+from sweep.driver.runner import measured_datasets
+from workers.models.registry import resolve_model
 from workers.models.token_layout import token_layout
+from workers.nulls.baseline import chunk_span
+from workers.nulls.matched import SizeHistogram, matched_holding
 
-config = load_config(Path(__file__).parent.parent / "sweep" / "configs" / "default.yaml")
+config = load_config(Path(__file__).parent.parent / "sweep" / "config" / "default.yaml")
 datasets = measured_datasets(config)
 totals: dict[str, float] = {}
 for name, entry in config.models.items():

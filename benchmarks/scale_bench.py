@@ -2,7 +2,7 @@
 Dask cluster. Goal: time to first task and driver peak RSS within 1.2x from N = 200 to 20,000.
 
 Measures (the driver is this process; workers are separate processes, so its RSS is its own):
-- plan: seconds to gather facts and create the store (`sweep.runner.materialise`), lock held;
+- plan: seconds to gather facts and create the store (`sweep.driver.runner.materialise`), lock held;
 - time to first task: from the start of the run (lock, plan, cluster start, submission) to the
   first task starting on a worker (Dask's task stream, worker clocks);
 - driver peak RSS after planning and at the end (`ru_maxrss`), and its RSS after imports;
@@ -35,10 +35,10 @@ from PIL import Image
 import workers.models.ft_transformer  # noqa: F401 - imported before timing: a constant cost
 import workers.models.hf  # noqa: F401
 import workers.models.timm_  # noqa: F401
-from sweep.cluster import load_cluster_config, open_client
-from sweep.config import load_config
-from sweep.graph import submit_tasks
-from sweep.runner import locked, materialise, pending_tasks
+from sweep.clusters.client import load_cluster_config, open_client
+from sweep.config.load import load_config
+from sweep.driver.graph import submit_tasks
+from sweep.driver.runner import locked, materialise, pending_tasks
 
 MODELS = {  # kind -> (model entry, dataset entry); tiny models, random weights, no download
     "image": ("{source: tiny-vit, dataset: inputs}", "{kind: image, path: inputs}"),

@@ -1,8 +1,8 @@
 """How often a local cluster's close prints something beyond `sweep run`'s own dashboard line.
 
 Each cycle starts a fresh Python process that opens the sweep's local cluster as `sweep run`
-does (`sweep.cluster.open_client`, the `QuietTaskFailures` plugin `DaskExecutor` registers), runs
-20 short tasks and closes; a cycle is noisy when its stderr holds any other line (a heartbeat's
+does (`sweep.clusters.client.open_client`, the `QuietTaskFailures` plugin `DaskExecutor` registers),
+runs 20 short tasks and closes; a cycle is noisy when its stderr holds any other line (a heartbeat's
 `CommClosedError` traceback, "Future exception was never retrieved", ...). Thread and process
 workers alternate. Usage:
 
@@ -20,9 +20,9 @@ import time
 CYCLE = """
 import time
 from distributed import as_completed
-from sweep.cluster import open_client
+from sweep.clusters.client import open_client
 from sweep.clusters.config import ClusterConfig
-from sweep.quiet_logs import QuietTaskFailures
+from sweep.terminal.quiet_logs import QuietTaskFailures
 
 def busy(i):
     start = time.time()

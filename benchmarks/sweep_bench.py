@@ -20,14 +20,14 @@ import numpy as np
 import torch
 from PIL import Image
 
-from sweep.config import parse_config
-from sweep.runner import InProcessExecutor, execute_plan, locked, materialise
-from workers.equality import check, restrict, rollout
-from workers.extraction import load_extractor
+from sweep.config.load import parse_config
+from sweep.driver.runner import InProcessExecutor, execute_plan, locked, materialise
+from workers.exact.equality import check, restrict, rollout
+from workers.exact.token_kinds import keep_mask, special_mask
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import load_extractor
+from workers.models.registry import resolve_model
 from workers.tasks import run_task
-from workers.token_kinds import keep_mask, special_mask
 
 
 def make_model(folder: Path) -> Path:
@@ -115,8 +115,8 @@ def sweep_in_process(config) -> dict[str, float]:
 
 def sweep_dask(config) -> float:
     """Wall of a sweep on the embedded local cluster, cluster start included."""
-    from sweep.cluster import load_cluster_config, open_client
-    from sweep.graph import DaskExecutor
+    from sweep.clusters.client import load_cluster_config, open_client
+    from sweep.driver.graph import DaskExecutor
     from workers import tasks
 
     # The default local cluster on a machine without CUDA runs its workers as threads of this

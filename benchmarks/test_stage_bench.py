@@ -8,8 +8,8 @@ a Zarr store the way the sweep writes it (`storage.store`), then `workers.tasks.
 back, tests both token sets with the rollout and writes the results. Reported per input: wall
 ms and CPU ms (process time: every thread of this process) of the whole task, the share of each
 part (timed by calling the same functions on the same data; `check` as the stage calls it, with
-the decision radius; `radius` is `workers.radius.screened_radius` alone, on screens made before the
-timing as `check` makes them), and torch.cdist(x, x, p=1) (float32,
+the decision radius; `radius` is `workers.exact.radius.screened_radius` alone, on screens made
+before the timing as `check` makes them), and torch.cdist(x, x, p=1) (float32,
 torch's threads) over the same restricted matrices (layers x token sets), with the ratio
 cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
 
@@ -44,14 +44,14 @@ from storage.store import (
     write_results,
     write_tokens,
 )
-from sweep.plan import TestTask
-from workers import pruned
-from workers.equality import check, kappa_only, restrict_layers, rollout_products
-from workers.radius import screened_radius
-from workers.readings import attaining_kinds
-from workers.scratch import scratch
+from sweep.driver.plan import TestTask
+from workers.exact import pruned
+from workers.exact.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.exact.radius import screened_radius
+from workers.exact.readings import attaining_kinds
+from workers.exact.scratch import scratch
+from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
 from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test, shard_attention
-from workers.token_kinds import TokenKind, keep_mask, special_mask
 
 TOKEN_SETS = ("all", "content")
 
@@ -85,9 +85,9 @@ def synthetic(name: str, inputs: int, layers: int, t: int, registers: int) -> Ca
 
 def minilm(inputs: int) -> Case:
     """Real all-MiniLM-L6-v2 attention of the first pydoc:topics paragraphs, padded to T_max."""
-    from workers.extraction import load_extractor
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models import resolve_model
+    from workers.models.extraction import load_extractor
+    from workers.models.registry import resolve_model
 
     dataset = open_dataset(DatasetSpec(kind="text", source="pydoc:topics", limit=inputs))
     extractor = load_extractor(resolve_model("minilm-l6"), device="cpu")

@@ -11,7 +11,7 @@ so the layers of one input move together. Intervals are the 2.5% and 97.5% perce
 - `lift` over a null: the null's trials are independent draws; its own uncertainty enters as
   a parametric bootstrap of its count (binomial(T, p_null) / T per resample).
 - Seeds: a statistic's weights come from SeedSequence(seed, spawn_key=key) with a key the
-  caller derives from names (`workers.nulls.stable_int`), so an interval does not depend on
+  caller derives from names (`workers.nulls.registry.stable_int`), so an interval does not depend on
   which other intervals the report computes.
 """
 

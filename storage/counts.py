@@ -40,8 +40,8 @@ def group_counts(counts: xr.Dataset, by: Sequence[str], keep: Sequence[str] = ()
 
 def rates(k: xr.DataArray, n: xr.DataArray) -> xr.Dataset:
     """`rate` = k / n with its 95% Wilson interval (`ci_low`, `ci_high`), elementwise: counts
-    divided once. With no trials the rate is NaN and the interval (0, 1), as `workers.baseline`
-    defines it."""
+    divided once. With no trials the rate is NaN and the interval (0, 1), as
+    `workers.nulls.baseline` defines it."""
     with np.errstate(divide="ignore", invalid="ignore"):
         rate = k.astype(np.float64) / n
     low, high = xr.apply_ufunc(

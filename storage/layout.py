@@ -66,7 +66,7 @@ NULLS_STAGE = "nulls"
 PREPARE_STAGE = "prepare"  # a model's preparation (training); its marker is named `prepare`
 BOOKKEEPING_DIR = ".sweep"
 SLACK_WINDOW = 1e-6
-"""W: the stored `slack` and `content_gap` (`workers.equality.EqualityResult`) are exact up to
+"""W: the stored `slack` and `content_gap` (`workers.exact.equality.EqualityResult`) are exact up to
 max(tol, W) and +inf above it, so every tolerance-dependent verdict can be re-applied from them
 at any tolerance <= W."""
 
@@ -85,9 +85,11 @@ class Var:
 MODEL_VARS: dict[str, Var] = {
     "input_id": Var(("input",), "str", "", "stable id of the input within its dataset"),
     "n_tokens": Var(("input",), "int32", 0, "real tokens of the input (all token set)"),
-    "token_kind": Var(("input", "token"), "int8", -1, "workers.token_kinds.TokenKind per token"),
+    "token_kind": Var(("input", "token"), "int8", -1, "workers.exact.token_kinds.TokenKind per "
+                                                      "token"),
     "input_digest": Var(
-        ("input",), "str", "", "sha256 of what the extraction read (workers.digests; '' before)"
+        ("input",), "str", "", "sha256 of what the extraction read (workers.inputs.digests; '' "
+                               "before)"
     ),
     "head": Var(("head",), "str", "", "MEAN_HEAD (heads averaged), or each head's index"),
     "attention": Var(
@@ -148,7 +150,8 @@ RESULT_VARS: dict[str, Var] = {
     ),
     "radius": Var(
         RESULT_DIMS, "float64", np.nan, "decision radius: no stochastic perturbation of the "
-        "tested matrix smaller than it in the row-l1 norm changes the verdict (workers.radius)",
+        "tested matrix smaller than it in the row-l1 norm changes the verdict "
+        "(workers.exact.radius)",
     ),
     "n_kept": Var(RESULT_DIMS, "int32", 0, "tokens in the token set (matrix size n)"),
     "status": Var(
@@ -168,7 +171,7 @@ LEGACY_BASELINE_DIMS = ("size", "chunk")  # stores from before named nulls: unif
 
 BASELINE_VARS: dict[str, Var] = {
     "n": Var(("size",), "int64", 0, "matrix size"),
-    "null": Var(("null",), "str", "", "null model name (workers.nulls.NULLS)"),
+    "null": Var(("null",), "str", "", "null model name (workers.nulls.registry.NULLS)"),
     "holding": Var(BASELINE_DIMS, "int64", -1, "matrices where the bound is tight, per chunk"),
     "trials": Var(BASELINE_DIMS, "int64", 0, "matrices drawn, per chunk"),
     "disagreements": Var(
@@ -180,7 +183,7 @@ BASELINE_VARS: dict[str, Var] = {
 MATCHED_DIMS = ("null", "token_set", "chunk")
 
 MATCHED_VARS: dict[str, Var] = {
-    "null": Var(("null",), "str", "", "null model name (workers.nulls.NULLS)"),
+    "null": Var(("null",), "str", "", "null model name (workers.nulls.registry.NULLS)"),
     "holding": Var(MATCHED_DIMS, "int64", -1, "size-matched draws where the bound is tight"),
     "trials": Var(MATCHED_DIMS, "int64", 0, "size-matched draws (0 when no cell was tested)"),
     "disagreements": Var(

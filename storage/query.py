@@ -183,7 +183,7 @@ def ok(ds: xr.Dataset) -> xr.DataArray:
 def with_rates(table: pd.DataFrame, k: str, n: str, prefix: str = "") -> pd.DataFrame:
     """Add `rate`, `ci_low`, `ci_high` (95% Wilson) for `table[k]` out of `table[n]`.
 
-    With no trials the rate is NaN and the interval (0, 1), as `workers.baseline` defines it.
+    With no trials the rate is NaN and the interval (0, 1), as `workers.nulls.baseline` defines it.
     """
     table = table.copy()
     counts, totals = table[k].to_numpy(np.int64), table[n].to_numpy(np.int64)

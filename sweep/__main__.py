@@ -1,3 +1,3 @@
-from sweep.cli import run_command
+from sweep.cli.entry import run_command
 
 run_command()

@@ -32,9 +32,9 @@ class NoisyClose(WorkerPlugin):
 def run_tasks(processes: bool, flag: Path) -> None:
     """A local cluster as `sweep run` opens it, the plugins `DaskExecutor` registers, a noisy
     one after them, ten tasks, then the close."""
-    from sweep.cluster import open_client
+    from sweep.clusters.client import open_client
     from sweep.clusters.config import ClusterConfig
-    from sweep.quiet_logs import QuietTaskFailures
+    from sweep.terminal.quiet_logs import QuietTaskFailures
 
     config = ClusterConfig.model_validate({"kind": "local", "local": {"processes": processes}})
     with open_client(config) as client:

@@ -27,7 +27,7 @@ from storage.layout import (
     RESULTS_GROUP,
     ResultStatus,
 )
-from workers.token_kinds import TokenKind
+from workers.exact.token_kinds import TokenKind
 
 
 @dataclass(frozen=True)

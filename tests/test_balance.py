@@ -7,7 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from sweep.balance import (
+from sweep.cli.commands import plan as plan_command
+from sweep.cli.entry import main
+from sweep.clusters.config import load_cluster_config
+from sweep.config.load import parse_config
+from sweep.driver.balance import (
     CONSTANTS,
     Pools,
     balance_lines,
@@ -15,11 +19,7 @@ from sweep.balance import (
     extract_seconds,
     stage_cpu_seconds,
 )
-from sweep.cli import main
-from sweep.clusters.config import load_cluster_config
-from sweep.commands import plan as plan_command
-from sweep.config import parse_config
-from sweep.plan import ModelFacts, build_plan
+from sweep.driver.plan import ModelFacts, build_plan
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = {
@@ -62,7 +62,7 @@ def per_stack(model) -> float:
 def test_the_decision_radius_is_counted_per_matrix_beside_the_check(monkeypatch):
     """Each tested matrix (layers x token sets) costs RADIUS_S per matrix element (T^2) on top
     of CHECK_S per pair-element: the radius runs in the same kernel, on the same screen."""
-    from sweep import balance
+    from sweep.driver import balance
 
     vit = plan_of().models[0]
     before = stage_cpu_seconds(vit)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from storage.errors import InputError
-from workers.baseline import (
+from workers.nulls.baseline import (
     BLOCK,
     baseline_blocks,
     draw_uniform_stochastic,

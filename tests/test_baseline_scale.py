@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from sweep.config import parse_config
-from sweep.plan import BaselineTask, build_plan
+from sweep.config.load import parse_config
+from sweep.driver.plan import BaselineTask, build_plan
 from tests.fault_helpers import default_sigint
-from workers.baseline import BLOCK, BlockSpan, baseline_blocks, chunk_span, run_baseline
+from workers.nulls.baseline import BLOCK, BlockSpan, baseline_blocks, chunk_span, run_baseline
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -25,10 +25,10 @@ from storage.errors import InputError
 from storage.location import locate
 from storage.status import attention_held
 from storage.store import StoreMismatchError
-from sweep.cli import main
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.cli.entry import main
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.s3_fixtures import OPTIONS
 
 REPO = Path(__file__).parents[1]

@@ -1,5 +1,5 @@
-"""The centre bound (`workers.center_bound`) decides kappa only with the float64 oracle's value,
-bit for bit, and gives up (-1) rather than guess; `kappa_only` takes it first."""
+"""The centre bound (`workers.exact.center_bound`) decides kappa only with the float64 oracle's
+value, bit for bit, and gives up (-1) rather than guess; `kappa_only` takes it first."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.test_rollout_kappa_screen import KINDS, adversarial, oracle_kappa, stochastic
-from workers.center_bound import centre, centre_kappa
-from workers.equality import kappa_only, rollout_products
+from workers.exact.center_bound import centre, centre_kappa
+from workers.exact.equality import kappa_only, rollout_products
 
 
 def deep_rollout(rng: np.random.Generator, n: int, layers: int) -> np.ndarray:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from sweep.cli import main
-from workers.equality import check
+from sweep.cli.entry import main
+from workers.exact.equality import check
 
 KEYS = {
     "kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation", "pair",

@@ -11,7 +11,7 @@ import yaml
 from distributed import Worker
 
 from storage.errors import InputError
-from sweep.cluster import ClusterConfig, describe_cluster, load_cluster_config
+from sweep.clusters.client import ClusterConfig, describe_cluster, load_cluster_config
 from sweep.clusters.local import local_pools, use_processes, worker_specs
 from sweep.clusters.slurm import job_scripts
 

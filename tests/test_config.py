@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from storage.errors import InputError
-from sweep.config import default_config_path, load_config
-from workers.equality import DEFAULT_TOL
+from sweep.config.load import default_config_path, load_config
+from workers.exact.equality import DEFAULT_TOL
 
 ISSUE_YAML = """\
 store: runs/demo.zarr          # created if missing, resumed if present

@@ -8,15 +8,9 @@ from pathlib import Path
 import pytest
 
 from storage.errors import InputError
-from sweep.config import (
-    MAX_CHUNK_TRIALS,
-    MAX_MODELS,
-    MAX_TRIALS,
-    default_config_path,
-    load_config,
-    parse_config,
-)
-from sweep.plan import MAX_PLAN_TASKS, ModelFacts, build_plan, check_plan_size
+from sweep.config.load import default_config_path, load_config, parse_config
+from sweep.config.schema import MAX_CHUNK_TRIALS, MAX_MODELS, MAX_TRIALS
+from sweep.driver.plan import MAX_PLAN_TASKS, ModelFacts, build_plan, check_plan_size
 
 STORE = "/tmp/never-written.zarr"
 
@@ -115,8 +109,8 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
         tmp_path, monkeypatch, capsys):
     """`sweep plan` counts tasks from the datasets' lengths, as `sweep run` does, before it
     tokenizes 100,002 lines to size each model."""
-    import sweep.commands.plan
-    from sweep.cli import main
+    import sweep.cli.commands.plan
+    from sweep.cli.entry import main
 
     n = MAX_PLAN_TASKS // 4 + 1
     (tmp_path / "lines.txt").write_text("".join(f"line {i}\n" for i in range(n)))
@@ -129,7 +123,7 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
     def tokenize(*args, **kwargs):
         raise AssertionError("tokenized before the size check")
 
-    monkeypatch.setattr(sweep.commands.plan, "gather_facts", tokenize)
+    monkeypatch.setattr(sweep.cli.commands.plan, "gather_facts", tokenize)
     assert main(["plan", str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"the sweep plans {4 * n} tasks" in err[0], err
@@ -154,7 +148,7 @@ def test_a_tolerance_or_device_that_would_be_fingerprinted_wrong_is_refused_at_l
 def test_check_and_extract_refuse_a_bad_tolerance_or_device_in_one_line(tmp_path, capsys):
     import numpy as np
 
-    from sweep.cli import main
+    from sweep.cli.entry import main
 
     np.save(tmp_path / "a.npy", np.full((3, 3), 1 / 3))
     assert main(["check", str(tmp_path / "a.npy"), "--tol", "1e15"]) == 2

@@ -11,16 +11,16 @@ from storage.fingerprint import fingerprint
 from storage.layout import ResultStatus
 from storage.query import open_results
 from storage.store import StoreMismatchError, create_root, ensure_matched_nulls
-from sweep.plan import NullTask
+from sweep.driver.plan import NullTask
 from tests.store_fixtures import FixtureModel, write_store
-from workers.baseline import chunk_span
-from workers.matched import (
+from workers.nulls.baseline import chunk_span
+from workers.nulls.matched import (
     SizeHistogram,
     count_full_row_holding,
     matched_holding,
     size_histograms,
 )
-from workers.nulls import count_holding, get_null
+from workers.nulls.registry import count_holding, get_null
 from workers.tasks import run_null
 
 OK, EMPTY = ResultStatus.OK, ResultStatus.EMPTY_ROW

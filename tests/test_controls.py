@@ -14,13 +14,13 @@ import pytest
 from storage.errors import InputError
 from storage.query import open_results
 from storage.statistics import wilson_interval
-from sweep.cli import main
-from sweep.config import parse_config
-from sweep.plan import ModelFacts, build_plan
-from sweep.report import build_report, render_json, render_markdown
-from sweep.report_controls import newcombe_interval
+from sweep.cli.entry import main
+from sweep.config.load import parse_config
+from sweep.driver.plan import ModelFacts, build_plan
+from sweep.report.controls import newcombe_interval
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import EMPTY, OK, FixtureModel, write_store
-from workers.models import resolve_model
+from workers.models.registry import resolve_model
 
 CONFIG = {
     "store": "/tmp/never-written.zarr",
@@ -176,7 +176,7 @@ def test_a_store_without_controls_says_so(tmp_path):
 
 
 def test_the_default_sweep_controls_minilm_and_every_seed_of_the_ft_models():
-    from sweep.config import default_config_path, load_config
+    from sweep.config.load import default_config_path, load_config
 
     models = load_config(default_config_path()).models
     fts = [f"{table}@seed{seed}" for table in ("ft-cancer", "ft-wine") for seed in (0, 1, 2)]

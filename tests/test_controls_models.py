@@ -13,11 +13,11 @@ import pytest
 import torch
 import zarr
 
-from sweep.config import load_config
-from sweep.runner import InProcessExecutor, run_sweep
-from workers.extraction import load_extractor
-from workers.models import resolve_model
+from sweep.config.load import load_config
+from sweep.driver.runner import InProcessExecutor, run_sweep
+from workers.models.extraction import load_extractor
 from workers.models.random_init import control_seed
+from workers.models.registry import resolve_model
 
 TEXT = ["Attention rollout multiplies the layers.", "A second, longer sentence of prose here."]
 

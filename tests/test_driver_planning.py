@@ -19,15 +19,15 @@ import zarr
 from distributed import Client, LocalCluster
 
 import workers.tasks
-from sweep.cli import main
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import InProcessExecutor, gather_facts, run_sweep
-from workers.extraction import load_extractor, model_dataset
+from sweep.cli.entry import main
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import InProcessExecutor, gather_facts, run_sweep
 from workers.inputs import open_dataset
-from workers.models import PRESETS, resolve_model
 from workers.models import ft_transformer as ft_module
 from workers.models import hf as hf_module
+from workers.models.extraction import load_extractor, model_dataset
+from workers.models.registry import PRESETS, resolve_model
 
 TINY = sorted(name for name in PRESETS if name.startswith("tiny-"))
 DATASET_OF = {"image": "photos", "text": "topics", "tabular": "wine"}

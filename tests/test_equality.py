@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from storage.errors import InputError, NotStochasticError
-from workers import kernel
-from workers.equality import DEFAULT_TOL, check, validate_stochastic
+from workers.exact import kernel
+from workers.exact.equality import DEFAULT_TOL, check, validate_stochastic
 
 
 def pair_tv(x: np.ndarray) -> np.ndarray:

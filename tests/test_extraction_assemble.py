@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from storage.errors import ExtractionError
-from workers.extraction import Batch, assemble
+from workers.models.extraction import Batch, assemble
 
 KINDS = np.array([1, 0], dtype=np.int8)
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from storage.errors import InputError
-from sweep.commands import extract
+from sweep.cli.commands import extract
 
 
 def run(*argv: str) -> int:

@@ -11,11 +11,11 @@ import pytest
 import torch
 
 from storage.errors import ExtractionError
-from workers.extraction import Extractor, capture_attention, load_extractor
+from workers.exact.token_kinds import TokenKind as K
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import Extractor, capture_attention, load_extractor
 from workers.models.hf import model_location
-from workers.token_kinds import TokenKind as K
+from workers.models.registry import resolve_model
 
 IMAGE_MODELS = ["tiny-dinov2", "tiny-dinov2-reg", "tiny-vit", "tiny-deit", "tiny-deit-distilled"]
 TEXT_MODELS = ["tiny-roberta", "tiny-distilbert"]

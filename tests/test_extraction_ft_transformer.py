@@ -14,11 +14,12 @@ import torch
 from safetensors.torch import load_file
 
 from storage.errors import InputError
-from workers.extraction import load_extractor, model_dataset, prepare_model
+from workers.exact.token_kinds import TokenKind
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_transformer, resolve_model
+from workers.models import ft_transformer
+from workers.models.extraction import load_extractor, model_dataset, prepare_model
 from workers.models.ft_data import init_model, split_indices
-from workers.token_kinds import TokenKind
+from workers.models.registry import resolve_model
 
 TINY = dict(n_blocks=2, d_block=16, max_epochs=2, patience=1)
 SPEC = resolve_model("ft-transformer", **TINY)  # last_block: skip (the default)

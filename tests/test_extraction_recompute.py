@@ -7,9 +7,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from workers.extraction import load_extractor
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import load_extractor
+from workers.models.registry import resolve_model
 
 
 def _images(n: int = 2) -> tuple[list, list[str]]:

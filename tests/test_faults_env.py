@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from sweep.cli import main
+from sweep.cli.entry import main
 from tests.fault_helpers import LINES, env, one_stderr_line, tree_digest, write_text_sweep
 from tests.store_fixtures import hand_store
 
@@ -188,8 +188,8 @@ def test_half_created_store_is_reported_as_such(tmp_path, capsys):
 
 def test_truncated_cached_checkpoint_is_named(tmp_path, capsys):
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models import resolve_model
     from workers.models.ft_transformer import checkpoint_path
+    from workers.models.registry import resolve_model
 
     spec = resolve_model("ft-transformer")
     table = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine")).table
@@ -218,9 +218,9 @@ def test_npy_header_claiming_a_huge_array_is_refused_before_allocating(tmp_path,
 
 
 def test_missing_cuda_device_is_refused_before_anything(tmp_path, capsys, monkeypatch):
-    import sweep.devices
+    import sweep.driver.devices
 
-    monkeypatch.setattr(sweep.devices, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(sweep.driver.devices, "cuda_device_count", lambda: 1)
     path = write_text_sweep(tmp_path, extra="device: cuda:7\n")
     before = tree_digest(tmp_path)
     line = fails(capsys, ["run", str(path), "--in-process"], 3)

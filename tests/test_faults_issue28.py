@@ -19,8 +19,8 @@ import pytest
 from storage.errors import InputError
 from storage.lease import LEASES, LeaseRecord
 from storage.location import StoreRef, locate
-from sweep.cli import main
-from sweep.faults import classify
+from sweep.cli.entry import main
+from sweep.terminal.faults import classify
 from tests.fault_helpers import one_stderr_line, tree_digest, write_text_sweep
 from tests.s3_fixtures import CREDENTIALS, ENDPOINT, filesystem
 from tests.test_faults_tasks import image_sweep
@@ -29,7 +29,8 @@ REPO = Path(__file__).parents[1]
 SECRET = CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
 KEY = CREDENTIALS["AWS_ACCESS_KEY_ID"]
 WITH_SECRET = f"http://{KEY}:{SECRET}@127.0.0.1:{ENDPOINT.rsplit(':', 1)[1]}"
-MAX_CONFIG_BYTES, MAX_ITEMS = 1 << 20, 100_000  # sweep.yaml_io's bounds, as docs/faults.md says
+MAX_CONFIG_BYTES, MAX_ITEMS = 1 << 20, 100_000  # sweep.config.yaml_io's bounds, as docs/faults.md
+# says
 
 
 def cli(*args: str, cwd: Path, extra_env: dict | None = None, timeout: int = 300):
@@ -329,7 +330,7 @@ def test_a_truncated_image_in_a_small_folder_is_refused_before_anything(tmp_path
 
 
 def test_the_pixel_check_budget_is_read_from_the_environment(tmp_path, capsys, monkeypatch):
-    from sweep.preflight import pixel_check_bytes
+    from sweep.driver.preflight import pixel_check_bytes
 
     assert pixel_check_bytes() == 64 << 20
     monkeypatch.setenv("DOBRUSHIN_PIXEL_CHECK_MIB", "0")

@@ -18,15 +18,15 @@ import numpy as np
 import pytest
 import zarr
 
-import sweep.preflight
-import sweep.runner
+import sweep.driver.preflight
+import sweep.driver.runner
 from storage.lock import StoreLock
 from storage.store import create_root, ensure_model, write_root_attrs
-from sweep.cli import main
-from sweep.config import load_config
-from sweep.interrupts import Interrupted
-from sweep.plan import model_config_inputs
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.cli.entry import main
+from sweep.config.load import load_config
+from sweep.driver.plan import model_config_inputs
+from sweep.driver.runner import InProcessExecutor, run_sweep
+from sweep.terminal.interrupts import Interrupted
 from tests.fault_helpers import (
     LINES,
     default_sigint,
@@ -123,7 +123,7 @@ def test_edited_inputs_recompute_exactly_their_shards_and_match_a_fresh_run(
         tmp_path, reference, monkeypatch, capsys):
     path = write_text_sweep(tmp_path, lines=EDITED)
     config = load_config(path)
-    real, calls = sweep.runner.run_task, []
+    real, calls = sweep.driver.runner.run_task, []
 
     def killed_after_four(task):
         calls.append(task.key)
@@ -131,10 +131,10 @@ def test_edited_inputs_recompute_exactly_their_shards_and_match_a_fresh_run(
             raise KeyboardInterrupt  # Ctrl-C in the middle of the sweep
         return real(task)
 
-    monkeypatch.setattr(sweep.runner, "run_task", killed_after_four)
+    monkeypatch.setattr(sweep.driver.runner, "run_task", killed_after_four)
     with pytest.raises(Interrupted, match="4 of 6 tasks done"):
         run_sweep(config, InProcessExecutor(), progress=False)
-    monkeypatch.setattr(sweep.runner, "run_task", real)
+    monkeypatch.setattr(sweep.driver.runner, "run_task", real)
     write_text_sweep(tmp_path, lines=[LINES[0], *EDITED[1:]])  # line 1 (shard 0, done) edited
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert sorted(summary.completed) == [
@@ -270,7 +270,7 @@ def test_a_ctrl_c_swallowed_where_it_was_raised_still_stops_the_run(monkeypatch)
     tasks."""
     import threading
 
-    from sweep import interrupts
+    from sweep.terminal import interrupts
 
     monkeypatch.setattr(interrupts, "_received", threading.Event())
     interrupts.raise_if_interrupted()  # nothing arrived: no-op
@@ -376,7 +376,7 @@ def test_a_text_edited_past_the_stores_token_length_is_refused_in_one_line(
     assert line.endswith(f"{tokens} tokens, {fix}")
     assert tree_digest(store) == before  # refused before the lock: nothing written
 
-    monkeypatch.setattr(sweep.preflight, "check_tokens_fit", lambda config: None)
+    monkeypatch.setattr(sweep.driver.preflight, "check_tokens_fit", lambda config: None)
     assert main(["run", str(path), "--in-process", "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err
@@ -416,8 +416,8 @@ def test_local_weights_overwritten_in_place_are_refused_by_file(tmp_path, capsys
     bytes in one line, exit 2, before anything is written."""
     import torch
 
-    from workers.extraction import load_extractor
-    from workers.models import resolve_model
+    from workers.models.extraction import load_extractor
+    from workers.models.registry import resolve_model
 
     tiny = load_extractor(resolve_model("tiny-distilbert"), device="cpu")
     weights = tmp_path / "weights"
@@ -450,7 +450,7 @@ def test_ctrl_c_during_the_start_up_check_counts_what_is_done(tmp_path, referenc
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(sweep.runner, "pending_tasks", stopped)
+    monkeypatch.setattr(sweep.driver.runner, "pending_tasks", stopped)
     with pytest.raises(Interrupted, match=r"^6 of 6 tasks done \(0 in this run\), 0 pending"):
         run_sweep(load_config(folder / "sweep.yaml"), InProcessExecutor(), progress=False,
                   verify=True)

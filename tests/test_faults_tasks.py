@@ -1,7 +1,7 @@
 """Faults a task meets that are the user's input or the machine (issue 22, items 1, 3, 4): the
-run ends with the one line and exit code of `sweep.faults`, as if no task graph existed; Dask's
-"Compute Failed" dumps never reach the terminal (the failed marker keeps the traceback). What the
-driver can see cheaply (image headers, weights files) is refused before anything is written."""
+run ends with the one line and exit code of `sweep.terminal.faults`, as if no task graph existed;
+Dask's "Compute Failed" dumps never reach the terminal (the failed marker keeps the traceback). What
+the driver can see cheaply (image headers, weights files) is refused before anything is written."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import sweep.runner
+import sweep.driver.runner
 from storage import markers
-from sweep.cli import main
+from sweep.cli.entry import main
 from tests.fault_helpers import env, one_stderr_line, store_arrays, tree_digest, write_text_sweep
 from tests.test_faults_env import tmpfs
 from tests.test_sweep_local import assert_same_arrays
@@ -97,7 +97,7 @@ def test_a_disk_that_fills_mid_run_is_one_line_exit_3_and_the_rerun_completes(
     assert main(["run", str(write_text_sweep(reference)), "--in-process", "--no-progress"]) == 0
     with tmpfs(tmp_path / "disk", size="4m") as mount:
         path = write_text_sweep(mount)
-        real, filler = sweep.runner.run_task, mount / "filler"
+        real, filler = sweep.driver.runner.run_task, mount / "filler"
 
         def fill_after_first(task):
             if not filler.exists() and task.key != "extract-rob-00000":
@@ -110,14 +110,14 @@ def test_a_disk_that_fills_mid_run_is_one_line_exit_3_and_the_rerun_completes(
                         pass
             return real(task)
 
-        monkeypatch.setattr(sweep.runner, "run_task", fill_after_first)
+        monkeypatch.setattr(sweep.driver.runner, "run_task", fill_after_first)
         capsys.readouterr()
         assert main(["run", str(path), "--in-process", "--no-progress"]) == 3
         line = one_stderr_line(capsys.readouterr().err)
         assert line.startswith("sweep run: environment fault: ") and "(unknown path)" not in line
         assert f"{mount}/sweep.zarr" in line and "the disk is full" in line
         filler.unlink()
-        monkeypatch.setattr(sweep.runner, "run_task", real)
+        monkeypatch.setattr(sweep.driver.runner, "run_task", real)
         assert main(["run", str(path), "--in-process", "--no-progress"]) == 0
         assert_same_arrays(store_arrays(reference / "sweep.zarr"),
                            store_arrays(mount / "sweep.zarr"))
@@ -125,8 +125,8 @@ def test_a_disk_that_fills_mid_run_is_one_line_exit_3_and_the_rerun_completes(
 
 def test_a_truncated_cached_checkpoint_ends_a_sweep_run_with_exit_4(tmp_path, capsys):
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models import resolve_model
     from workers.models.ft_transformer import checkpoint_path
+    from workers.models.registry import resolve_model
 
     path = tmp_path / "sweep.yaml"
     path.write_text(f"store: s.zarr\nshard_size: 2\nretries: 0\nmatched_nulls: null\n"

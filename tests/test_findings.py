@@ -14,9 +14,9 @@ from scipy import stats
 
 from storage.query import open_results
 from storage.statistics import wilson_interval
-from sweep import findings
-from sweep.report import build_report, render_json, render_markdown
-from sweep.report_nulls import add_lifts, newcombe_interval
+from sweep.report import findings
+from sweep.report.nulls import add_lifts, newcombe_interval
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import write_store
 from tests.test_controls import model_with
 

@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workers.inputs import Table
-from workers.models import ft_training, resolve_model
+from workers.models import ft_training
 from workers.models.ft_data import (
     encode,
     fit_preprocessing,
@@ -21,6 +21,7 @@ from workers.models.ft_data import (
     quantile_transform,
     table_split,
 )
+from workers.models.registry import resolve_model
 
 
 def make_table(rows: int = 300, seed: int = 0) -> Table:

@@ -9,10 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from workers.extraction import load_extractor, prepare_model
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_training, ft_transformer, resolve_model
+from workers.models import ft_training, ft_transformer
+from workers.models.extraction import load_extractor, prepare_model
 from workers.models.ft_data import STATS_PREFIX, encode, init_model, table_split
+from workers.models.registry import resolve_model
 
 
 def test_early_stopping_keeps_the_lowest_loss_weights_and_counts_patience():

@@ -19,18 +19,18 @@ from storage.integrity import checksums
 from storage.layout import LEGACY_ATTENTION_DIMS, LEGACY_RESULT_DIMS, RESULT_VARS, RESULTS_GROUP
 from storage.markers import marker_name
 from storage.query import holding_rates, open_results
-from sweep.cli import main
-from sweep.config import load_config, parse_config
-from sweep.report import build_report, render_json, render_markdown
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.cli.entry import main
+from sweep.config.load import load_config, parse_config
+from sweep.driver.runner import InProcessExecutor, run_sweep
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import hand_store
-from workers.equality import check, restrict
-from workers.extraction import load_extractor
+from workers.exact.equality import check, restrict
+from workers.exact.token_kinds import keep_mask, special_mask
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import resolve_model
+from workers.models.extraction import load_extractor
+from workers.models.registry import resolve_model
 from workers.models.token_layout import token_layout
 from workers.tasks import shard_chunks
-from workers.token_kinds import keep_mask, special_mask
 
 TOKEN_SETS = ("all", "content")
 SWEEP = """\
@@ -280,7 +280,7 @@ def test_the_per_head_finding_is_paired_over_inputs_under_the_bootstrap(store):
     default) their difference gets the paired bootstrap interval over those inputs, labelled so;
     under `--ci wilson`, Newcombe's from the two Wilson intervals."""
     from storage.bootstrap import paired_difference_interval
-    from sweep.report_intervals import Bootstrap, per_input_counts
+    from sweep.report.intervals import Bootstrap, per_input_counts
 
     tree = open_results(store)
     how = Bootstrap(resamples=500, seed=3)

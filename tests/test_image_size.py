@@ -12,13 +12,13 @@ import timm
 from transformers import AutoConfig, AutoModel, ViTImageProcessor
 
 from storage.errors import InputError
-from workers.extraction import load_extractor
+from workers.exact.token_kinds import TokenKind as K
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import PRESETS, STUDY_IMAGE_SIZE, resolve_model
+from workers.models.extraction import load_extractor
 from workers.models.hf import sized_processor_kwargs
+from workers.models.registry import PRESETS, STUDY_IMAGE_SIZE, resolve_model
 from workers.models.timm_ import prefix_kinds
 from workers.models.token_layout import token_layout
-from workers.token_kinds import TokenKind as K
 
 
 @cache
@@ -135,7 +135,7 @@ def test_timm_presets_name_registered_checkpoints_and_their_token_layout(name, t
 
 
 def test_extract_cli_takes_an_image_size_and_a_random_init_control(tmp_path):
-    from sweep.cli import main
+    from sweep.cli.entry import main
 
     runs = {}
     for name, flags in (("model", []), ("control", ["--random-init"])):

@@ -28,11 +28,11 @@ from storage.integrity import (
     variable_of,
 )
 from storage.location import StoreRef, locate
-from sweep.faults import classify, os_error_line
-from sweep.freshness import damaged_tasks
-from sweep.yaml_io import load_yaml, read_text
-from workers.digests import input_digests
+from sweep.config.yaml_io import load_yaml, read_text
+from sweep.driver.freshness import damaged_tasks
+from sweep.terminal.faults import classify, os_error_line
 from workers.inputs import DatasetSpec, open_dataset
+from workers.inputs.digests import input_digests
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Ctrl-C exits 130 wherever it lands once `sweep.cli.main` runs, even inside an import that
+"""Ctrl-C exits 130 wherever it lands once `sweep.cli.entry.main` runs, even inside an import that
 tries to swap the SIGINT handler; Ctrl-C swallowed inside a callback (llvmlite's object cache
 while numba compiles) is remembered for the run to act on between tasks, and prints no
 traceback; other unraisable errors are still reported.
@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from sweep import cli, interrupts
+from sweep.cli import entry as cli
+from sweep.terminal import interrupts
 
 
 @pytest.fixture
@@ -43,7 +44,7 @@ def test_ctrl_c_inside_an_import_that_swaps_the_handler_exits_130(python_sigint,
     real_import, real_signal, imported = importlib.import_module, signal.signal, []
 
     def swapping_import(name, *args):
-        if name == "sweep.commands.status":
+        if name == "sweep.cli.commands.status":
             signal.signal(signal.SIGINT, lambda *_: sys.exit())  # what dask_jobqueue does
             imported.append(name)
             ctrl_c()
@@ -51,7 +52,7 @@ def test_ctrl_c_inside_an_import_that_swaps_the_handler_exits_130(python_sigint,
 
     monkeypatch.setattr(importlib, "import_module", swapping_import)
     assert cli.main(["status", "no-such-store"]) == 130
-    assert imported == ["sweep.commands.status"]
+    assert imported == ["sweep.cli.commands.status"]
     assert capsys.readouterr().err.strip() == (
         "sweep status: interrupted: while starting, nothing done")
     assert signal.getsignal(signal.SIGINT) is interrupts._on_sigint  # not the import's lambda

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from distributed import Client, LocalCluster
 
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.test_sweep_local import arrays, assert_same_arrays
 
 REPO = Path(__file__).parents[1]

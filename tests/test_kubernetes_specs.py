@@ -7,7 +7,7 @@ import pytest
 import yaml
 from dask.utils import parse_bytes
 
-from sweep.cluster import ClusterConfig, kubernetes_specs
+from sweep.clusters.client import ClusterConfig, kubernetes_specs
 
 
 def k8s_config(**overrides) -> ClusterConfig:
@@ -139,7 +139,7 @@ def test_without_a_secret_no_envfrom():
 def test_kubernetes_refuses_a_local_store_and_accepts_an_object_store():
     from storage.errors import InputError
     from storage.location import StoreRef
-    from sweep.cluster import check_store_fits_cluster
+    from sweep.clusters.client import check_store_fits_cluster
 
     with pytest.raises(InputError, match="share no folder.*s3://"):
         check_store_fits_cluster(k8s_config(), StoreRef.of("runs/study.zarr"))
@@ -147,7 +147,7 @@ def test_kubernetes_refuses_a_local_store_and_accepts_an_object_store():
 
 
 def test_the_dry_run_prints_only_the_chosen_kind():
-    from sweep.cluster import describe_cluster
+    from sweep.clusters.client import describe_cluster
 
     config = ClusterConfig.model_validate({
         "kind": "kubernetes", "kubernetes": k8s_config().kubernetes.model_dump(),

@@ -12,15 +12,15 @@ from storage.errors import InputError
 from storage.layout import ResultStatus
 from storage.query import open_results
 from storage.store import create_root, ensure_matched_nulls
-from sweep.config import parse_config
-from sweep.plan import ModelFacts, NullTask, build_plan
-from sweep.report import build_report, render_json, render_markdown
-from sweep.report_nulls import newcombe_interval
-from sweep.runner import InProcessExecutor
+from sweep.config.load import parse_config
+from sweep.driver.plan import ModelFacts, NullTask, build_plan
+from sweep.driver.runner import InProcessExecutor
+from sweep.report.nulls import newcombe_interval
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import FixtureModel, write_store
-from workers import matched
-from workers.baseline import chunk_span
-from workers.matched import SizeHistogram, matched_holding, matched_key, size_histograms
+from workers.nulls import matched
+from workers.nulls.baseline import chunk_span
+from workers.nulls.matched import SizeHistogram, matched_holding, matched_key, size_histograms
 from workers.tasks import run_null
 
 OK, EMPTY, PENDING = ResultStatus.OK, ResultStatus.EMPTY_ROW, ResultStatus.NOT_COMPUTED
@@ -204,7 +204,7 @@ def test_a_null_task_waits_for_every_test_and_is_blocked_by_any_failure(monkeypa
             raise RuntimeError("boom")
         return 0
 
-    monkeypatch.setattr("sweep.runner.run_task", fake_run)
+    monkeypatch.setattr("sweep.driver.runner.run_task", fake_run)
     outcomes, blocked = InProcessExecutor().execute(plan, list(plan.tasks), 0, False)
     # a's shard 1 extraction failed: its test is blocked, and so is a's null (transitively)
     assert blocked == ["test-a-00001", "nulls-a-uniform-c00000"]

@@ -9,7 +9,7 @@ import pickle
 import pytest
 
 from storage.errors import InputError
-from workers.models import FAMILY_MODULES, PRESETS, ModelSpec, resolve_model
+from workers.models.registry import FAMILY_MODULES, PRESETS, ModelSpec, resolve_model
 from workers.models.token_layout import TokenLayout, token_layout
 
 STUDY = [

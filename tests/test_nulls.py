@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from storage.errors import InputError
-from sweep.config import parse_config
-from workers.baseline import BLOCK, baseline_blocks, holding_in_blocks, run_baseline
-from workers.equality import check
-from workers.nulls import (
+from sweep.config.load import parse_config
+from workers.exact.equality import check
+from workers.nulls.baseline import BLOCK, baseline_blocks, holding_in_blocks, run_baseline
+from workers.nulls.registry import (
     NULLS,
     check_sizes_fit,
     draw_softmax,

@@ -12,7 +12,7 @@ import numba
 import numpy as np
 import pytest
 
-from workers import numba_cache
+from workers.exact import numba_cache
 
 
 def copy_sources(folder: Path) -> Path:
@@ -45,7 +45,7 @@ def test_every_module_with_cached_kernels_is_in_the_digest():
 def test_compiled_kernels_land_in_the_versioned_folder():
     if os.environ.get("NUMBA_CACHE_DIR"):
         pytest.skip("NUMBA_CACHE_DIR is set: the user's folder decides")
-    from workers import kernel  # configures the cache on import
+    from workers.exact import kernel  # configures the cache on import
 
     kernel.row_sum(np.ones(3))
     folder = numba_cache.cache_dir()

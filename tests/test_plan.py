@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from sweep.commands.plan import describe
-from sweep.config import parse_config
-from sweep.plan import (
+from sweep.cli.commands.plan import describe
+from sweep.config.load import parse_config
+from sweep.driver.plan import (
     BaselineTask,
     ExtractTask,
     ModelFacts,

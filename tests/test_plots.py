@@ -11,11 +11,11 @@ import pytest
 from storage.layout import ResultStatus
 from storage.query import open_results
 from storage.store import create_root, ensure_matched_nulls
-from sweep.plan import NullTask
-from sweep.plots import depth_figure, margin_figure, panels
-from sweep.report import build_report
+from sweep.driver.plan import NullTask
+from sweep.report.plots import depth_figure, margin_figure, panels
+from sweep.report.tables import build_report
 from tests.store_fixtures import FixtureModel, write_store
-from workers.baseline import chunk_span
+from workers.nulls.baseline import chunk_span
 from workers.tasks import run_null
 
 TOKEN_SETS = ("all", "content")

@@ -12,7 +12,7 @@ import pytest
 from distributed import KilledWorker, get_worker
 
 from storage.errors import InputError
-from sweep.cluster import ClusterConfig, open_client
+from sweep.clusters.client import ClusterConfig, open_client
 
 pytestmark = pytest.mark.timeout(120)
 

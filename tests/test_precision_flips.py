@@ -1,5 +1,5 @@
-"""Measured flips (`sweep precision`, sweep/precision_flips.py) on a small in-process sweep of
-tiny randomly initialised models (a text encoder with its control, an FT-Transformer trained
+"""Measured flips (`sweep precision`, sweep/report/precision_flips.py) on a small in-process sweep
+of tiny randomly initialised models (a text encoder with its control, an FT-Transformer trained
 into the store's own checkpoint cache): re-extraction at the stored dtype reproduces the stored
 attention bit for bit and flips nothing; at bfloat16 the flips are the verdicts that changed,
 counted against an independent float64 check, split by the stored radius into undecided and
@@ -17,18 +17,18 @@ import zarr
 from storage.layout import ResultStatus
 from storage.location import StoreRef
 from storage.query import open_results
-from sweep.cli import main
-from sweep.config import load_config
-from sweep.precision_flips import (
+from sweep.cli.entry import main
+from sweep.config.load import load_config
+from sweep.driver.runner import InProcessExecutor, run_sweep
+from sweep.report.precision import precision_table
+from sweep.report.precision_flips import (
     FLIP_COLUMNS,
     measure,
     reextraction,
     sample_indices,
     sweep_batches,
 )
-from sweep.report_precision import precision_table
-from sweep.runner import InProcessExecutor, run_sweep
-from workers.equality import check
+from workers.exact.equality import check
 
 TOL = 1e-12
 
@@ -93,7 +93,7 @@ def test_the_stored_dtype_flips_nothing_and_counts_every_stored_verdict(store):
 
 def float64_verdicts(by_head: np.ndarray) -> np.ndarray:
     """(layer,) verdicts of the head-averaged all-token attention: rows renormalised in
-    float64, margin <= TOL (the definition, `workers.equality.check`)."""
+    float64, margin <= TOL (the definition, `workers.exact.equality.check`)."""
     a = by_head[:, 0].astype(np.float64)
     a /= a.sum(axis=-1, keepdims=True)
     return np.array([bool(check(layer, tol=TOL).holds) for layer in a])

@@ -1,5 +1,5 @@
-"""The pruned exact kernel (`workers.pruned`) against the float64 brute-force oracle, bit for bit,
-on adversarial ties; its three drivers agree; slack and content gap re-apply every verdict."""
+"""The pruned exact kernel (`workers.exact.pruned`) against the float64 brute-force oracle, bit for
+bit, on adversarial ties; its three drivers agree; slack and content gap re-apply every verdict."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from storage.errors import NotStochasticError
 from tests.test_equality import oracle, pair_tv
 from tests.test_radius import brute_radius
-from workers import pruned
-from workers.equality import (
+from workers.exact import pruned
+from workers.exact.equality import (
     DEFAULT_TOL,
     PARALLEL_MIN_N,
     ROW_SUM_TOL,
@@ -216,7 +216,7 @@ def test_identity_at_large_n_is_fast_through_sparse_exact_sums():
 def test_a_long_check_reports_progress_per_chunk_and_returns_the_same_numbers(monkeypatch):
     """`check(progress=True)` on one large matrix ticks once per chunk of the long path (the
     bar itself appears on a terminal only, after PROGRESS_DELAY_S) and changes no number."""
-    from workers import equality, pruned
+    from workers.exact import equality, pruned
 
     ticks = []
     real = pruned.check_within_matrices

@@ -11,16 +11,16 @@ import zarr
 
 from storage.errors import InputError
 from storage.query import open_results
-from sweep.config import load_config, parse_config
-from sweep.plan import build_plan
-from sweep.report import build_report, render_json
-from sweep.runner import InProcessExecutor, gather_facts, run_sweep
-from workers.baseline import chunk_span
+from sweep.config.load import load_config, parse_config
+from sweep.driver.plan import build_plan
+from sweep.driver.runner import InProcessExecutor, gather_facts, run_sweep
+from sweep.report.tables import build_report, render_json
 from workers.inputs import open_dataset
-from workers.matched import matched_holding, size_histograms
-from workers.models import resolve_model
+from workers.models.registry import resolve_model
 from workers.models.token_layout import token_layout
-from workers.nulls import get_null, parse_nulls, resolve_nulls
+from workers.nulls.baseline import chunk_span
+from workers.nulls.matched import matched_holding, size_histograms
+from workers.nulls.registry import get_null, parse_nulls, resolve_nulls
 
 # Head width = hidden size / heads of each preset's config: the tiny presets 32 / 4, MiniLM
 # 384 / 12; FT-Transformer d_block / 8 heads (the library's 128 at 2 blocks, 192 at 3).

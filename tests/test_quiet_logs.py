@@ -42,7 +42,7 @@ def test_the_drivers_loggers_speak_again_after_the_close(tmp_path, caplog):
 
 def _worker_logging() -> tuple[bool, int]:
     """In a worker: whether "Compute Failed" is dropped, and distributed.worker's level."""
-    from sweep.quiet_logs import DropComputeFailed
+    from sweep.terminal.quiet_logs import DropComputeFailed
 
     logger = logging.getLogger("distributed.worker")
     return any(isinstance(f, DropComputeFailed) for f in logger.filters), logger.level
@@ -53,7 +53,7 @@ def test_a_shared_cluster_gets_its_workers_logging_back_after_the_sweep():
     running workers log task failures again and are not silenced."""
     from distributed import Client, LocalCluster
 
-    from sweep.quiet_logs import QuietTaskFailures
+    from sweep.terminal.quiet_logs import QuietTaskFailures
 
     with LocalCluster(n_workers=1, threads_per_worker=1, processes=True,
                       dashboard_address=":0") as cluster, Client(cluster) as client:
@@ -68,7 +68,7 @@ def test_a_shared_cluster_gets_its_workers_logging_back_after_the_sweep():
 LATE_NOISE = """
 import asyncio, gc, sys
 from contextlib import contextmanager
-import sweep.commands.run as run_command_module
+import sweep.cli.commands.run as run_command_module
 real = run_command_module.open_client
 
 @contextmanager

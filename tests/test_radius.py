@@ -1,5 +1,5 @@
-"""The decision radius (workers/radius.py, docs/readings.md): equal to a float64 brute force bit
-for bit on every path that computes it (`check(..., radius=True)` on each kernel driver, the
+"""The decision radius (workers/exact/radius.py, docs/readings.md): equal to a float64 brute force
+bit for bit on every path that computes it (`check(..., radius=True)` on each kernel driver, the
 `content-pairs` reading), no stochastic perturbation inside it flips a verdict, and where one
 pair decides a perturbation just beyond it does."""
 
@@ -8,9 +8,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workers.equality import check, restrict_layers, validate_stochastic
+from workers.exact.equality import check, restrict_layers, validate_stochastic
+from workers.exact.token_kinds import TokenKind
 from workers.tasks import evaluate_input
-from workers.token_kinds import TokenKind
 
 TOL = 1e-12
 

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from storage.layout import AttainingKind, ResultStatus
-from workers.equality import restrict_layers
-from workers.readings import attaining_kinds, content_pairs, stochastic_complement
+from workers.exact.equality import restrict_layers
+from workers.exact.readings import attaining_kinds, content_pairs, stochastic_complement
+from workers.exact.token_kinds import TOKEN_SETS, TokenKind, reading_label
 from workers.tasks import evaluate_input
-from workers.token_kinds import TOKEN_SETS, TokenKind, reading_label
 
 CLS, CONTENT, SEP = TokenKind.CLS, TokenKind.CONTENT, TokenKind.SEP
 READINGS = ("all", "content", "content-pairs", "content-complement")

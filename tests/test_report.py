@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from storage.query import open_results
-from sweep.cli import main
-from sweep.report import build_report, table_names
+from sweep.cli.entry import main
+from sweep.report.tables import build_report, table_names
 from tests.store_fixtures import PENDING, FixtureModel, hand_store, write_store
 
 

@@ -12,9 +12,9 @@ import matplotlib.image
 import pytest
 
 from storage.query import open_results
-from sweep.cli import main
-from sweep.report import build_report, render_markdown
-from sweep.report_html import LONG_TABLE, markdown_to_html
+from sweep.cli.entry import main
+from sweep.report.html import LONG_TABLE, markdown_to_html
+from sweep.report.tables import build_report, render_markdown
 from tests.store_fixtures import hand_store
 
 

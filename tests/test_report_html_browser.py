@@ -11,9 +11,9 @@ import shutil
 import pytest
 
 from storage.query import open_results
-from sweep import report_html
-from sweep.plots import CAPTIONS, report_figures
-from sweep.report import build_report
+from sweep.report import html as report_html
+from sweep.report.plots import CAPTIONS, report_figures
+from sweep.report.tables import build_report
 from tests.store_fixtures import hand_store
 
 pytestmark = pytest.mark.browser

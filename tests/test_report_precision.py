@@ -1,4 +1,4 @@
-"""Verdicts at the data's precision (sweep/report_precision.py): the rounding bounds by hand and
+"""Verdicts at the data's precision (sweep/report/precision.py): the rounding bounds by hand and
 the decided / undecided counts of a hand-built store."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from storage.query import open_results
-from sweep.report import build_report, render_json, render_markdown
-from sweep.report_precision import complement_eta, rounding_bound
+from sweep.report.precision import complement_eta, rounding_bound
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import OK, FixtureModel, write_store
 
 
@@ -63,7 +63,7 @@ def test_undecided_is_called_an_upper_bound_on_what_rounding_flips(store):
     """The radius is a lower bound of the distance to a flip, so every verdict the rounding can
     flip is undecided: the count bounds the flips from above, and the report says so (and
     points to the command that measures a model run in the dtype)."""
-    import sweep.report_precision as precision
+    import sweep.report.precision as precision
 
     text = render_markdown(build_report(open_results(store), str(store)))
     intro = precision.PRECISION_INTRO[0]
@@ -76,7 +76,7 @@ def test_undecided_is_called_an_upper_bound_on_what_rounding_flips(store):
 
 
 def test_bootstrap_report_names_its_method_everywhere(store, capsys):
-    from sweep.cli import main
+    from sweep.cli.entry import main
 
     assert main(["report", str(store), "--format", "json", "--ci", "bootstrap",
                  "--resamples", "200", "--seed", "3"]) == 0

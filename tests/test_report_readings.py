@@ -13,8 +13,8 @@ import pytest
 
 from storage.layout import AttainingKind, ResultStatus
 from storage.query import holding_rates, open_results
-from sweep.cli import main
-from sweep.report import build_report
+from sweep.cli.entry import main
+from sweep.report.tables import build_report
 from tests.store_fixtures import FixtureModel, X, write_store
 
 SETS = ("all", "content", "content-pairs", "content-complement")

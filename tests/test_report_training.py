@@ -6,8 +6,8 @@ import json
 
 from storage.query import open_results
 from storage.store import write_training_record
-from sweep.cli import main
-from sweep.report import build_report
+from sweep.cli.entry import main
+from sweep.report.tables import build_report
 from tests.store_fixtures import hand_store
 
 RECORD = {

@@ -1,6 +1,6 @@
 """The same config gives the same bits on any torch thread count: FT-Transformer's training
 (record and checkpoint) and a whole sweep's arrays are identical whether the process runs torch
-on 1 thread or on 2 (training and extraction fix their own count: `workers.determinism`)."""
+on 1 thread or on 2 (training and extraction fix their own count: `workers.models.determinism`)."""
 
 from __future__ import annotations
 
@@ -14,13 +14,14 @@ import threadpoolctl
 import torch
 from safetensors.torch import load_file
 
-from sweep.config import load_config
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.config.load import load_config
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.test_sweep_local import arrays, write_config
-from workers.determinism import TORCH_THREADS, fixed_torch
-from workers.extraction import prepare_model
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_transformer, resolve_model
+from workers.models import ft_transformer
+from workers.models.determinism import TORCH_THREADS, fixed_torch
+from workers.models.extraction import prepare_model
+from workers.models.registry import resolve_model
 
 SPEC = resolve_model("ft-transformer", n_blocks=2, d_block=32, max_epochs=4, patience=4)
 
@@ -124,8 +125,8 @@ def test_the_test_stage_on_one_and_on_two_numba_threads_gives_the_same_cells(lay
     """Every result variable, the decision radius included, whichever kernel driver the thread
     count picks (matrices over threads at 12 layers; at 2 layers of n >= PARALLEL_MIN_N, one
     matrix at a time spread over the threads against one thread)."""
+    from workers.exact.token_kinds import TokenKind
     from workers.tasks import evaluate_input
-    from workers.token_kinds import TokenKind
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba was started with one thread")

@@ -1,5 +1,5 @@
-"""The one-pass restriction (`workers.restrict_kernel`) equals `restrict_layers`' defining numpy
-steps bit for bit, at every size the pairwise sum splits at, and raises their errors."""
+"""The one-pass restriction (`workers.exact.restrict_kernel`) equals `restrict_layers`' defining
+numpy steps bit for bit, at every size the pairwise sum splits at, and raises their errors."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from storage.errors import NotStochasticError
-from workers.equality import _restrict_layers_numpy, restrict_layers
-from workers.restrict_kernel import STACK_DEPTH, pairwise_sum
+from workers.exact.equality import _restrict_layers_numpy, restrict_layers
+from workers.exact.restrict_kernel import STACK_DEPTH, pairwise_sum
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 127, 128, 129, 136, 255, 257, 1000, 1370, 4097])

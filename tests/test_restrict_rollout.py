@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from storage.errors import InputError, NotStochasticError
-from workers.equality import (
+from workers.exact.equality import (
     check,
     kappa_only,
     restrict,

@@ -13,8 +13,8 @@ import threadpoolctl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers import equality, kernel, scratch
-from workers.equality import check, kappa_only, rollout, rollout_products
+from workers.exact import equality, kernel, scratch
+from workers.exact.equality import check, kappa_only, rollout, rollout_products
 
 
 def oracle_kappa(x: np.ndarray) -> float:

@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 from storage.errors import InputError
-from sweep.config import Rollout, parse_config
-from sweep.plan import ModelFacts, TestTask, build_plan
-from workers.equality import ROLLOUT_MODES, restrict_layers, rollout
+from sweep.config.load import parse_config
+from sweep.config.schema import Rollout
+from sweep.driver.plan import ModelFacts, TestTask, build_plan
+from workers.exact.equality import ROLLOUT_MODES, restrict_layers, rollout
+from workers.exact.token_kinds import TokenKind
 from workers.tasks import evaluate_input, evaluate_shard
-from workers.token_kinds import TokenKind
 
 CONFIG = {
     "store": "/tmp/never-written.zarr",

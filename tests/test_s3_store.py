@@ -20,8 +20,8 @@ import xarray as xr
 
 from storage.lease import LEASES, Lease, StoreBusyError
 from storage.location import StoreRef, locate
-from sweep.config import load_config
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.config.load import load_config
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.s3_fixtures import CREDENTIALS, ENDPOINT, filesystem
 from tests.store_fixtures import stored_arrays
 

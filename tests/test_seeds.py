@@ -12,11 +12,11 @@ import pytest
 
 from storage.errors import InputError
 from storage.query import open_results
-from sweep.config import parse_config
-from sweep.plan import ModelFacts, build_plan
-from sweep.report import build_report, render_json, render_markdown
-from sweep.report_seeds import t_interval
-from sweep.seeds import seed_groups
+from sweep.config.load import parse_config
+from sweep.config.seeds import seed_groups
+from sweep.driver.plan import ModelFacts, build_plan
+from sweep.report.seeds import t_interval
+from sweep.report.tables import build_report, render_json, render_markdown
 from tests.store_fixtures import OK, FixtureModel, write_store
 
 CONFIG = {
@@ -142,8 +142,8 @@ def test_the_seed_table_in_json_and_markdown(report):
 
 
 def test_a_sweep_trains_and_stores_each_seed_with_its_own_control(tmp_path):
-    from sweep.config import load_config
-    from sweep.runner import InProcessExecutor, run_sweep
+    from sweep.config.load import load_config
+    from sweep.driver.runner import InProcessExecutor, run_sweep
 
     (tmp_path / "sweep.yaml").write_text(
         "store: s.zarr\nshard_size: 16\nbaseline: null\nmatched_nulls: null\n"

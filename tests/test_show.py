@@ -20,15 +20,15 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
-from sweep import show
-from sweep.cli import main
-from sweep.show import attaining_pair, read_input, render_table
-from sweep.show_figure import draw_patches, patch_grid
+from sweep.cli.entry import main
+from sweep.show import view as show
+from sweep.show.figure import draw_patches, patch_grid
+from sweep.show.view import attaining_pair, read_input, render_table
 from tests.store_fixtures import FixtureModel, write_store
-from workers.models import family_module, resolve_model
+from workers.exact.token_kinds import TokenKind
+from workers.models.registry import family_module, resolve_model
 from workers.models.token_layout import token_layout
 from workers.tasks import evaluate_input
-from workers.token_kinds import TokenKind
 
 TIGHT = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1],
                   [0.1, 0.1, 0.1, 0.7]])

@@ -20,10 +20,10 @@ from distributed import as_completed, get_worker
 
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
-from sweep.cluster import ClusterConfig, open_client
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.clusters.client import ClusterConfig, open_client
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.store_fixtures import stored_arrays
 
 REPO = Path(__file__).resolve().parents[1]

@@ -321,7 +321,7 @@ def test_lock_refuses_a_second_holder_and_is_freed_by_sigkill(tmp_path):
 
 
 def test_a_run_refused_for_a_bad_model_leaves_no_store_folder(tmp_path, capsys):
-    from sweep.cli import main
+    from sweep.cli.entry import main
 
     (tmp_path / "lines.txt").write_text("one line\n")
     config = tmp_path / "sweep.yaml"

@@ -14,17 +14,17 @@ import workers.tasks
 from storage import markers
 from storage.layout import RESULT_VARS, ResultStatus
 from storage.lock import StoreLock
-from sweep.cli import main
-from sweep.config import load_config
-from sweep.graph import DaskExecutor
-from sweep.runner import InProcessExecutor, run_sweep
+from sweep.cli.entry import main
+from sweep.config.load import load_config
+from sweep.driver.graph import DaskExecutor
+from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.store_fixtures import stored_arrays as arrays
 from tests.test_radius import brute_radius
-from workers.baseline import baseline_blocks, holding_in_blocks
-from workers.equality import check, restrict, rollout, validate_stochastic
-from workers.nulls import NULLS
-from workers.readings import attaining_kinds
-from workers.token_kinds import keep_mask, special_mask
+from workers.exact.equality import check, restrict, rollout, validate_stochastic
+from workers.exact.readings import attaining_kinds
+from workers.exact.token_kinds import keep_mask, special_mask
+from workers.nulls.baseline import baseline_blocks, holding_in_blocks
+from workers.nulls.registry import NULLS
 
 MODELS = {
     "vit": "{source: tiny-deit-distilled, dataset: photos}",

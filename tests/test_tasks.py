@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 
 from storage.layout import RESULT_VARS, ResultStatus
-from workers.equality import check, rollout
+from workers.exact.equality import check, rollout
+from workers.exact.token_kinds import TokenKind
 from workers.tasks import evaluate_input, evaluate_shard
-from workers.token_kinds import TokenKind
 
 CLS, CONTENT, PAD = TokenKind.CLS, TokenKind.CONTENT, TokenKind.PAD
 
@@ -86,7 +86,7 @@ def test_attention_extracted_in_bfloat16_is_tested_within_its_own_row_sum_tolera
     import pytest
 
     from storage.errors import NotStochasticError
-    from workers.equality import ROW_SUM_TOL, row_sum_tolerance
+    from workers.exact.equality import ROW_SUM_TOL, row_sum_tolerance
 
     rng = np.random.default_rng(8)
     stack = np.stack([bfloat16_head_mean(rng, 4, 160) for _ in range(3)])  # (layer, q, k)

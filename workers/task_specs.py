@@ -1,6 +1,6 @@
 """The task specs: small frozen dataclasses, one per kind of task, that the sweep's plan builds
-(`sweep.plan`) and `workers.tasks` runs. Each carries its key, its store, what it computes, its
-Dask resource (`GPU` for preparation and extraction, `CPU` for the rest), and the name of its
+(`sweep.driver.plan`) and `workers.tasks` runs. Each carries its key, its store, what it computes,
+its Dask resource (`GPU` for preparation and extraction, `CPU` for the rest), and the name of its
 completion marker (`scope`/`marker`, `storage.markers`). No weights, no data: they travel in the
 graph.
 """
@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE, PREPARE_STAGE
 from storage.location import StoreRef
 from storage.markers import marker_name
-from workers.baseline import BlockSpan
-from workers.equality import ROW_SUM_TOL
+from workers.exact.equality import ROW_SUM_TOL
 from workers.inputs import DatasetSpec
-from workers.models import ModelSpec
+from workers.models.registry import ModelSpec
+from workers.nulls.baseline import BlockSpan
 
 
 def baseline_index(null: str, n: int, chunk: int) -> str:
@@ -61,7 +61,8 @@ class ExtractTask(ShardTask):
     device: str
     dtype: str
     cache_dir: StoreRef
-    digests: tuple[str, ...] = ()  # workers.digests of the shard's inputs, as the driver saw them
+    digests: tuple[str, ...] = ()  # workers.inputs.digests of the shard's inputs, as the driver saw
+    # them
 
     stage = "extract"
     resources = {"GPU": 1}
@@ -73,7 +74,8 @@ class TestTask(ShardTask):
 
     token_sets: tuple[str, ...]
     tol: float
-    rollout: str = "every"  # workers.equality.ROLLOUT_MODES: where the rollout's kappa is computed
+    rollout: str = "every"  # workers.exact.equality.ROLLOUT_MODES: where the rollout's kappa is
+    # computed
     drop: tuple[int, ...] = ()  # inputs whose attention is deleted once tested (attention: policy)
     row_sum_tol: float = ROW_SUM_TOL  # how far a row may miss 1: `row_sum_tolerance` of the
     # extraction dtype
@@ -109,7 +111,7 @@ class BaselineTask:
     size_index: int
     n: int
     chunk: int
-    blocks: BlockSpan  # (block index, trials) of workers.baseline, lazily
+    blocks: BlockSpan  # (block index, trials) of workers.nulls.baseline, lazily
     seed: int
     tol: float
     null: str = "uniform"

@@ -33,16 +33,16 @@ from storage.store import (
     write_tokens,
     write_training_record,
 )
-from workers.baseline import holding_in_blocks
-from workers.cells import fill_rollout, fill_verdicts
-from workers.digests import input_digests
-from workers.equality import ROLLOUT_MODES, ROW_SUM_TOL, check, restrict_layers
-from workers.extraction import Extractor, load_extractor, model_dataset, prepare_model
+from workers.exact.cells import fill_rollout, fill_verdicts
+from workers.exact.equality import ROLLOUT_MODES, ROW_SUM_TOL, check, restrict_layers
+from workers.exact.readings import READING_EVALUATORS, attaining_kinds
+from workers.exact.scratch import scratch
+from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
 from workers.inputs import Dataset, DatasetSpec, open_dataset
-from workers.matched import matched_holding, size_histograms
-from workers.readings import READING_EVALUATORS, attaining_kinds
-from workers.scratch import scratch
-from workers.token_kinds import TokenKind, keep_mask, special_mask
+from workers.inputs.digests import input_digests
+from workers.models.extraction import Extractor, load_extractor, model_dataset, prepare_model
+from workers.nulls.baseline import holding_in_blocks
+from workers.nulls.matched import matched_holding, size_histograms
 
 if TYPE_CHECKING:
     from workers.task_specs import BaselineTask, ExtractTask, NullTask, PrepareTask, TestTask
@@ -206,11 +206,11 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
 
     A token set that keeps fewer than two tokens has no pair: status TOO_SMALL (none) or
     ONE_TOKEN (one), no verdict. The content readings `content-pairs` and `content-complement`
-    are evaluated by `workers.readings`; the others by restriction (rows renormalised).
+    are evaluated by `workers.exact.readings`; the others by restriction (rows renormalised).
     `rollout_mode` (one of ROLLOUT_MODES): the layers whose whole-rollout kappa and bound are
     computed (every layer up to the first failed one; the last layer only, if no layer failed;
     none); the rollout variables stay NaN elsewhere. `row_sum_tol`: how far a row may miss 1
-    (`workers.equality.row_sum_tolerance` of the extraction dtype).
+    (`workers.exact.equality.row_sum_tolerance` of the extraction dtype).
     """
     if rollout_mode not in ROLLOUT_MODES:
         raise InputError(f"rollout {rollout_mode!r}: choose one of {', '.join(ROLLOUT_MODES)}")
@@ -265,7 +265,7 @@ def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray
 
 def shard_attention(group: zarr.Group, start: int, stop: int) -> StoredAttention:
     """Inputs start..stop's stored attention as a test task reads it: in blocks, into this
-    thread's reused buffer (`workers.scratch`)."""
+    thread's reused buffer (`workers.exact.scratch`)."""
     return StoredAttention(group, start, stop,
                            buffer=lambda shape: scratch("attention-block", shape, np.float32))
 

@@ -22,7 +22,7 @@ from pydantic import (
 
 from storage.errors import InputError
 from storage.location import check_no_userinfo
-from sweep.yaml_io import load_yaml, read_text
+from sweep.config.yaml_io import load_yaml, read_text
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
 Gpus = Literal["auto"] | tuple[int, ...]

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from dask.utils import parse_timedelta
 
-from sweep.interrupts import sigint_pinned
+from sweep.terminal.interrupts import sigint_pinned
 
 if TYPE_CHECKING:
     from dask_jobqueue import SLURMCluster

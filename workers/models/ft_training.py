@@ -23,9 +23,8 @@ import torch
 from tqdm import tqdm
 
 from storage.errors import ExtractionError
-from workers.determinism import TORCH_THREADS, fixed_torch
 from workers.inputs import Table
-from workers.models import ModelSpec
+from workers.models.determinism import TORCH_THREADS, fixed_torch
 from workers.models.ft_data import (
     QUANTILE_NOISE,
     SUBSAMPLE,
@@ -37,6 +36,7 @@ from workers.models.ft_data import (
     output_size,
     table_split,
 )
+from workers.models.registry import ModelSpec
 
 LR = 1e-4
 WEIGHT_DECAY = 1e-5

@@ -31,10 +31,10 @@ from safetensors.torch import load, save
 
 from storage.errors import ExtractionError, InputError, StoreDamagedError
 from storage.location import Location, StoreLike, StoreRef, locate
-from workers.determinism import TORCH_THREADS
-from workers.extraction import Batch, Extractor, Sink
+from workers.exact.token_kinds import TokenKind
 from workers.inputs import Dataset, Table
-from workers.models import ModelSpec
+from workers.models.determinism import TORCH_THREADS
+from workers.models.extraction import Batch, Extractor, Sink
 from workers.models.ft_data import (
     STATS_PREFIX,
     architecture,
@@ -46,8 +46,8 @@ from workers.models.ft_data import (
     table_split,
 )
 from workers.models.ft_options import HEADS, measured_layers, training_options
+from workers.models.registry import ModelSpec
 from workers.models.token_layout import TokenLayout
-from workers.token_kinds import TokenKind
 
 __all__ = ["FTExtractor", "checkpoint_key", "checkpoint_path", "ensure_checkpoint",
            "full_attention", "model_dataset", "prepare", "read_checkpoint", "split_indices",
@@ -59,7 +59,7 @@ def checkpoint_key(spec: ModelSpec, table: Table) -> str:
 
     The key covers what determines training: the spec without its measurement-only options
     (`split`, `last_block`, `heads`), the table's content and the torch thread count training
-    runs on (`workers.determinism`).
+    runs on (`workers.models.determinism`).
     """
     trained = {**spec.to_dict(), "config": training_options(spec.options)}
     trained.pop("heads", None)  # averaged or kept per head, the weights are the same
@@ -226,6 +226,7 @@ def full_attention(module: MultiheadAttention, x: torch.Tensor) -> torch.Tensor:
 
 def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache: StoreLike,
                     device: torch.device, dtype: torch.dtype) -> FTExtractor:
-    """The family's entry in `workers.models.FAMILY_MODULES`: it needs its tabular dataset."""
+    """The family's entry in `workers.models.registry.FAMILY_MODULES`: it needs its tabular
+    dataset."""
     _table(spec, dataset)
     return FTExtractor(spec, dataset, cache, device, dtype)

@@ -28,12 +28,12 @@ from transformers import AutoConfig, AutoImageProcessor, AutoModel, AutoTokenize
 from transformers.utils import logging as hf_logging
 
 from storage.errors import ExtractionError, InputError
-from workers.extraction import Batch, Extractor, Sink
-from workers.models import ModelSpec
+from workers.exact.token_kinds import TokenKind
+from workers.models.extraction import Batch, Extractor, Sink
 from workers.models.random_init import control_seed, seeded
+from workers.models.registry import ModelSpec
 from workers.models.tiny_text import tiny_tokenizer
 from workers.models.token_layout import TokenLayout
-from workers.token_kinds import TokenKind
 
 # Prefix tokens (before the patches) of image model types whose layout is known.
 IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
@@ -344,7 +344,8 @@ class HFExtractor(Extractor):
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
                     dtype: torch.dtype) -> HFExtractor:
-    """The family's entry in `workers.models.FAMILY_MODULES` (no dataset or cache needed)."""
+    """The family's entry in `workers.models.registry.FAMILY_MODULES` (no dataset or cache
+    needed)."""
     return HFExtractor(spec, device, dtype)
 
 

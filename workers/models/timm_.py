@@ -24,11 +24,11 @@ from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from storage.errors import ExtractionError, InputError
-from workers.extraction import Batch, Extractor, Sink
-from workers.models import ModelSpec
+from workers.exact.token_kinds import TokenKind
+from workers.models.extraction import Batch, Extractor, Sink
 from workers.models.random_init import control_seed, seeded
+from workers.models.registry import ModelSpec
 from workers.models.token_layout import TokenLayout
-from workers.token_kinds import TokenKind
 
 
 def build_model(spec: ModelSpec) -> torch.nn.Module:
@@ -124,7 +124,8 @@ class TimmExtractor(Extractor):
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
                     dtype: torch.dtype) -> TimmExtractor:
-    """The family's entry in `workers.models.FAMILY_MODULES` (no dataset or cache needed)."""
+    """The family's entry in `workers.models.registry.FAMILY_MODULES` (no dataset or cache
+    needed)."""
     return TimmExtractor(spec, device, dtype)
 
 

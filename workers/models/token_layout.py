@@ -2,7 +2,7 @@
 
 The driver sizes the store with this before any task runs, so it must stay cheap: O(1) per model
 for images and tables, one tokenizer pass (no model) for text. Each family's module
-(`workers.models.FAMILY_MODULES`) defines `token_layout(spec, dataset) -> TokenLayout`;
+(`workers.models.registry.FAMILY_MODULES`) defines `token_layout(spec, dataset) -> TokenLayout`;
 `token_layout` here dispatches to it, importing the module on first use:
 
 - `hf` (`workers.models.hf`): the model's config gives the layers; text counts each input's
@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workers.models import ModelSpec, family_module
+from workers.models.registry import ModelSpec, family_module
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,190 @@
+"""`sweep plan CONFIG [--cluster FILE]`: the resolved config, inputs/shards/tasks per model,
+estimated store size and kernel work, what an existing store already holds, and what the cluster
+file would start. Computes nothing: no model is built, no weight loaded, no image decoded, nothing
+trained (sizes come from the specs: `workers.models.token_layout`); what it is doing goes to
+stderr. Exit code 1 when some model cannot be sized here (missing data or config), each named."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import yaml
+
+from storage import markers
+from storage.errors import EnvironmentFault, InputError
+from storage.layout import NULLS_STAGE
+from storage.location import locate
+from storage.store import redacted
+from sweep.clusters.client import check_store_fits_cluster, describe_cluster, load_cluster_config
+from sweep.config.load import default_config_path, load_config
+from sweep.config.schema import SweepConfig
+from sweep.driver.balance import balance_lines, cluster_pools
+from sweep.driver.freshness import measured_datasets
+from sweep.driver.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
+from sweep.driver.runner import error_line, gather_facts
+from workers.inputs import Dataset
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "plan",
+        description="Print what `sweep run CONFIG` would do, without computing anything. "
+        "With no CONFIG, the bundled default sweep.",
+    )
+    parser.add_argument("config", nargs="?", type=Path, help="sweep YAML (default: bundled)")
+    parser.add_argument("--cluster", type=Path, default=None,
+                        help="also print what this cluster.yaml would start (SLURM scripts, ...)")
+    parser.set_defaults(func=plan)
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.5 KiB'."""
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+def check_size_early(config: SweepConfig) -> dict[str, Dataset]:
+    """Refuse a sweep of more tasks than one plans (`check_plan_size`) from its datasets'
+    lengths, before any input is tokenized; returns the datasets it opened (per model), or
+    none when one cannot be opened here (the plan names that model, and `build_plan` checks
+    the size of the rest)."""
+    try:
+        datasets = measured_datasets(config)
+    except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
+        return {}
+    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
+    return datasets
+
+
+def collect_facts(config: SweepConfig, *, progress: bool = False,
+                  datasets: dict[str, Dataset] | None = None
+                  ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
+    """Facts of every model that can be sized here; for the others, why not (one line each).
+    `datasets`: the models' inputs where already opened (`check_size_early`)."""
+    facts, problems = {}, {}
+    for name in config.models:
+        try:
+            facts[name] = gather_facts(config, name, progress=progress,
+                                       dataset=(datasets or {}).get(name))
+        except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
+            problems[name] = error_line(error)
+    return facts, problems
+
+
+def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str]:
+    """The store's markers (None for a new store) and a word on its state: `new`, `exists:
+    resumes`, or why it cannot be reached."""
+    location = locate(config.store_ref)
+    try:
+        if location.read("zarr.json") is None:
+            return None, "new"
+        return markers.MarkerIndex(location), "exists: resumes"
+    except (InputError, EnvironmentFault) as error:
+        return None, f"cannot be reached: {error}"
+
+
+def attention_lines(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
+    """Per model, the peak attention bytes its `attention:` policy implies (`storage.attention`)
+    next to what `keep` stores: in process one shard is in flight; on Dask, up to `in_flight`
+    (the cluster's GPU + CPU task slots, when known)."""
+    lines = ["attention (peak bytes the policy lets the store hold, next to keep's total):"]
+    for model in plan.models:
+        peak = f"peak {human_bytes(model.peak_attention_bytes(1))} in process"
+        if model.kept is not None and in_flight:
+            peak += f", {human_bytes(model.peak_attention_bytes(in_flight))} with {in_flight} " \
+                    f"shards in flight on the cluster"
+        elif model.kept is not None:
+            peak += f", + {human_bytes(model.shard_size * model.input_bytes)} per further " \
+                    f"shard in flight on Dask (up to its GPU + CPU task slots)"
+        lines.append(f"  {model.name:<22} {str(model.attention):<22} {peak}; keep: "
+                     f"{human_bytes(model.attention_bytes)}")
+    return lines
+
+
+def describe(plan: SweepPlan, problems: dict[str, str],
+             in_flight: int | None = None) -> list[str]:
+    """The plan as printable lines: per model, the baseline, totals, the attention policy's
+    peak bytes (`attention_lines`) and problems."""
+    index, state = _store_markers(plan.config)
+    lines = ["", f"store: {plan.config.store} ({state})"]
+    header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
+              f"{'heads':>5} {'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} "
+              f"{'test work':>11}")
+    lines += ["", header]
+    total_bytes = total_work = total_tasks = 0
+    for model in plan.models:
+        tasks = [t for t in plan.tasks
+                 if getattr(t, "model", None) == model.name and t.stage != NULLS_STAGE]
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
+        total_bytes += model.attention_bytes
+        total_work += model.work
+        total_tasks += len(tasks)
+        lines.append(
+            f"{model.name:<24} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
+            f"{model.n_layers:>6} {model.n_heads:>5} {model.t_max:>6} {len(tasks):>6} {done:>5} "
+            f"{human_bytes(model.attention_bytes):>11} {model.work:>11.3g}"
+        )
+    if plan.baseline is not None:
+        b = plan.baseline
+        tasks = [t for t in plan.tasks if t.stage == "baseline"]
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
+        total_work += b.work
+        total_tasks += len(tasks)
+        lines.append(
+            f"{'baseline':<24} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
+            f"{b.n_chunks:>6} {'':>6} {max(b.sizes):>6} {len(tasks):>6} {done:>5} "
+            f"{'':>11} {b.work:>11.3g}"
+        )
+    if plan.matched_nulls is not None:
+        m = plan.matched_nulls
+        tasks = [t for t in plan.tasks if t.stage == NULLS_STAGE]
+        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
+        total_tasks += len(tasks)
+        lines.append(
+            f"{'matched nulls':<20} {'nulls ' + str(len(m.nulls)):<14} {m.trials:>7} "
+            f"{m.n_chunks:>6} {'':>6} {'':>6} {len(tasks):>6} {done:>5}"
+        )
+    lines += [
+        "",
+        f"total: {total_tasks} tasks; attention {human_bytes(total_bytes)} uncompressed "
+        f"(float32, padded to T_max); test work {total_work:.3g} pair-elements "
+        f"(sum of L * T^3/2 per token set and stored head: an upper bound)",
+        f"preparation (training) and extraction tasks take the GPU resource, test and baseline "
+        f"tasks the CPU resource; "
+        f"checkpoints cache: {plan.config.checkpoint_dir}",
+        *attention_lines(plan, in_flight),
+    ]
+    for name, problem in problems.items():
+        lines.append(f"model {name}: cannot be sized here: {problem}")
+    return lines
+
+
+def plan(args: argparse.Namespace) -> int:
+    if args.config is None:
+        config = load_config(default_config_path(), base=Path.cwd())
+    else:
+        config = load_config(args.config)
+    cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
+    print("resolved config:")
+    print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
+    datasets = check_size_early(config)
+    facts, problems = collect_facts(config, progress=True, datasets=datasets)
+    sweep_plan = build_plan(config, facts)
+    pools = None if cluster is None else cluster_pools(cluster)
+    in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
+    for line in describe(sweep_plan, problems, in_flight):
+        print(line)
+    if cluster is not None:
+        print()
+        print(describe_cluster(cluster))
+        try:
+            check_store_fits_cluster(cluster, config.store_ref)
+        except InputError as error:
+            print(f"\nthis cluster cannot run this sweep: {error}")
+            problems["cluster"] = str(error)
+        print("\n".join(["", *balance_lines(sweep_plan, pools)]))
+    return 1 if problems else 0

@@ -1,0 +1,60 @@
+"""`sweep status STORE`: done, pending and failed shards per model and stage, with errors."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict
+
+from storage.attention import EXTRACT_STAGE
+from storage.integrity import variable_of
+from storage.status import attention_held, store_status
+from sweep.cli.commands.store_args import add_store_argument, store_ref
+from sweep.terminal.faults import EXIT_DAMAGED
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "status",
+        description="Show what a sweep store holds. Exit code 0 when everything is done, "
+        "1 when tasks are pending or failed, 4 when done chunks are damaged or a model's group "
+        "is missing (`sweep run` recomputes them).",
+    )
+    add_store_argument(parser)
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--verify", action="store_true",
+                        help="re-hash every done task's chunks against its marker's checksums: "
+                        "damaged ones count as pending (`sweep run` recomputes them)")
+    parser.set_defaults(func=status)
+
+
+def status(args: argparse.Namespace) -> int:
+    stages = store_status(store_ref(args), verify=args.verify)
+    if args.format == "json":
+        held = {h.model: {"attention_held": h.held, "attention_policy": h.policy}
+                for h in attention_held(store_ref(args))}
+        print(json.dumps([asdict(s) | {"total": s.total}
+                          | (held.get(s.scope, {}) if s.stage == EXTRACT_STAGE else {})
+                          for s in stages], indent=1))
+    else:
+        print(f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}")
+        for s in stages:
+            print(f"{s.scope:<24} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
+                  f"{s.total:>6}")
+        for s in stages:
+            for name, error in sorted(s.failed.items()):
+                last = error.strip().splitlines()[-1] if error.strip() else "(no error recorded)"
+                print(f"failed {s.scope} {name}: {last}")
+        for s in stages:
+            for name, files in sorted(s.damaged.items()):
+                variables = sorted({variable_of(f) for f in files})
+                print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
+                      f"to recompute")
+            if s.missing:
+                print(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
+                      f"to recompute it")
+        for held in attention_held(store_ref(args)):
+            print(held.line())
+    if any(s.damaged or s.missing for s in stages):
+        return EXIT_DAMAGED
+    return 0 if all(s.done == s.total for s in stages) else 1

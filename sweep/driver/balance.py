@@ -1,0 +1,192 @@
+"""The balance of a sweep on a cluster: predicted seconds per input of each stage, from measured
+constants, and how many CPU workers per GPU keep pace with extraction.
+
+Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan's sizes:
+
+- test stage, CPU-seconds per input = SHARD_S / shard_size (what a shard costs whatever its
+  inputs: the store opened, the results written, checksums, marker) + sum over kept heads (1 for
+  `heads: mean`) and token sets of STACK_S (what one stack costs regardless of T: its read,
+  result cells, calls) + sum over layers of
+  CHECK_S * T^3 / 2 (the pairwise kernel) + RADIUS_S * T^2 (the decision radius, found on the
+  kernel's own screen: O(T^2) scans and a few exact sums) + RESTRICT_IO_S * T^2 (read,
+  restriction, write)
+  + the rollout: PRODUCTS_S * T^3 / 2 per product (layers - 1 of them unless `rollout: off`)
+  and ROLLOUT_KAPPA_S * T^3 / 2 per layer whose kappa is computed (every: L, last: 1, off: 0);
+  T^3 is the mean over the plan's inputs of their token count cubed (`ModelPlan.cube_sum`),
+  T^2 its 2/3 power. The content token set is costed at the whole T (an upper bound). The size
+  constants were measured on parts that include their calls' fixed cost, which STACK_S counts
+  again: small stacks are costed a little high.
+- extraction, seconds per input = layers x tokens x a per-(layer, token) constant: GPU_LAYER_TOKEN_S
+  on a CUDA GPU, CPU_LAYER_TOKEN_S (CPU-seconds) where extraction runs on CPU workers. Widths
+  differ between models (MiniLM 384, ViT-B 768, ViT-L 1024); the constants are ViT-B's.
+
+The constants (CONSTANTS) were measured as stated beside each; rerun the commands named there on
+the target hardware and replace them. The GPU constant is NOT measured on a GPU yet (none was
+available to this project): it is issue 10's estimate, to be replaced by what
+`benchmarks/gpu_check.sh` prints.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from sweep.clusters.config import ClusterConfig
+from sweep.clusters.local import cuda_devices, local_pools
+from sweep.driver.plan import ModelPlan, SweepPlan
+
+
+@dataclass(frozen=True)
+class Constant:
+    """A measured cost constant: its value in seconds per unit and where it comes from."""
+
+    seconds: float
+    unit: str
+    measured: str
+
+
+CONSTANTS: dict[str, Constant] = {
+    "SHARD_S": Constant(
+        5.5e-2, "CPU-s per shard of the test stage, whatever its inputs (opening the store, "
+        "token counts, the 17 result variables' write, checksums, marker)",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py --cases tiny "
+        "(T = 8, 12 layers) at --inputs 32 (3.39 and 3.48 CPU ms per input, two runs) and "
+        "--inputs 256 (1.93): the difference per input is SHARD_S x (1/32 - 1/256); ffa1ef2, "
+        "2-core AMD EPYC, 2026-12-01",
+    ),
+    "STACK_S": Constant(
+        8.6e-4, "CPU-s per (input, head, token set) stack, whatever its size (its attention "
+        "chunk's read, result cells, Python and kernel calls)",
+        "that run: (1.93 ms - SHARD_S / 256) / 2 token sets, at T = 8 where the size terms "
+        "below are negligible",
+    ),
+    "CHECK_S": Constant(
+        4.1e-11, "CPU-s per pair-element (T^3/2 per matrix) of `check`",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py --cases "
+        "vit-b,dinov2-l-reg --inputs 32 --rounds 3, part 'check' (CPU ms / pair-elements), "
+        "one thread, 2-core AMD EPYC otherwise idle, 2026-11-30; DINOv2-L-reg 224 in the same "
+        "run: 4.3e-11",
+    ),
+    "PRODUCTS_S": Constant(
+        1.2e-10, "CPU-s per pair-element (T^3/2) of one float64 rollout product",
+        "same run, part 'rollout products' (DINOv2-L-reg: 1.1e-10)",
+    ),
+    "ROLLOUT_KAPPA_S": Constant(
+        3.5e-11, "CPU-s per pair-element (T^3/2) of kappa of one rollout product",
+        "the same bench, 1 thread, re-run 2026-11-30 at 9c11c5e (mean of two runs), part "
+        "'rollout kappa' (DINOv2-L-reg: 4.6e-11; both after the centre bound)",
+    ),
+    "RESTRICT_IO_S": Constant(
+        6.7e-9, "CPU-s per attention element (T^2 per layer and token set): read, "
+        "restriction, write",
+        "that re-run, parts 'read' + 'restriction' + 'write' (DINOv2-L-reg: 4.0e-9; after the "
+        "reused read buffer)",
+    ),
+    "RADIUS_S": Constant(
+        1.1e-10, "CPU-s per matrix element (T^2 per matrix) of the decision radius",
+        "NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 benchmarks/test_stage_bench.py, part 'radius' "
+        "(screened_radius alone, with its per-matrix call) / T^2 per matrix: the largest of "
+        "ViT-B T = 197 (1.07e-10), DINOv2-L-reg 261 (6.4e-11), DINOv2-B 336 577 (2.5e-11) and "
+        "DINOv2 518 1370 (1.02e-10), 0.8-4.4% of check; benchmarks/README.md, 2026-12-03",
+    ),
+    "CPU_LAYER_TOKEN_S": Constant(
+        1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
+        "benchmarks/README.md (extract_bench.py vit-base-16 --random-init --batch-size 8: 0.54 "
+        "inputs/s on 2 cores = 3.7 CPU-s per input / (12 x 197))",
+    ),
+    "GPU_LAYER_TOKEN_S": Constant(
+        4.2e-7, "GPU-s per (layer x token) of extraction on one CUDA GPU",
+        "NOT measured: issue 10's estimate (~1000 ViT-B/16 inputs/s per GPU = 1 ms / (12 x "
+        "197)); replace with benchmarks/gpu_check.sh's throughput",
+    ),
+}
+
+
+def _c(name: str) -> float:
+    return CONSTANTS[name].seconds
+
+
+def mean_tokens_cubed(model: ModelPlan) -> float:
+    """Mean over the model's inputs of T^3 (from `cube_sum`, the sum of T^3 // 2)."""
+    return 2.0 * model.cube_sum / max(model.n_inputs, 1)
+
+
+def stage_cpu_seconds(model: ModelPlan) -> float:
+    """Predicted CPU-seconds of the test stage per input of `model` (see the module doc)."""
+    cube = mean_tokens_cubed(model)
+    pairs, square, layers = cube / 2.0, cube ** (2.0 / 3.0), model.n_layers
+    per_set = layers * (_c("CHECK_S") * pairs + (_c("RADIUS_S") + _c("RESTRICT_IO_S")) * square)
+    if model.rollout != "off":
+        kappas = layers if model.rollout == "every" else 1
+        per_set += (layers - 1) * _c("PRODUCTS_S") * pairs + kappas * _c("ROLLOUT_KAPPA_S") * pairs
+    stacks = model.n_heads * len(model.token_sets)
+    return _c("SHARD_S") / max(model.shard_size, 1) + stacks * (_c("STACK_S") + per_set)
+
+
+def extract_seconds(model: ModelPlan, gpu: bool) -> float:
+    """Predicted extraction seconds per input: GPU-seconds, or CPU-seconds without a GPU."""
+    tokens = mean_tokens_cubed(model) ** (1.0 / 3.0)
+    per = _c("GPU_LAYER_TOKEN_S") if gpu else _c("CPU_LAYER_TOKEN_S")
+    return per * model.n_layers * tokens
+
+
+@dataclass(frozen=True)
+class Pools:
+    """What a cluster config starts: GPU devices for extraction, CPU cores for tests."""
+
+    gpus: int  # CUDA devices (0: extraction runs on CPU workers)
+    cpu_cores: int  # cores of the workers that run test tasks
+    extract_slots: int  # workers that run extraction (GPUs, or CPU workers without GPUs)
+
+
+def cluster_pools(cfg: ClusterConfig, cpu_count: int | None = None,
+                  devices: list[int] | None = None) -> Pools | None:
+    """The pool sizes `cfg` starts; None for `address` (an existing cluster: sizes unknown)."""
+    if cfg.kind == "local":
+        count = cpu_count if cpu_count is not None else os.cpu_count() or 1
+        found = devices if devices is not None else cuda_devices(cfg.local.gpus)
+        pools = local_pools(cfg.local, count, found).values()
+        cores = sum(p.workers * p.threads for p in pools if p.resources.get("CPU"))
+        slots = sum(p.workers for p in pools if p.resources.get("GPU"))
+        return Pools(gpus=len(found), cpu_cores=cores, extract_slots=slots)
+    if cfg.kind == "slurm" and cfg.slurm is not None:
+        gpu, cpu = cfg.slurm.gpu, cfg.slurm.cpu
+        return Pools(gpus=gpu.jobs, cpu_cores=cpu.jobs * cpu.cores, extract_slots=gpu.jobs)
+    if cfg.kind == "kubernetes" and cfg.kubernetes is not None:
+        gpu, cpu = cfg.kubernetes.gpu, cfg.kubernetes.cpu
+        cores = cpu.workers * max(1, int(float(cpu.cpu)))
+        return Pools(gpus=gpu.workers * max(gpu.gpus, 1), cpu_cores=cores,
+                     extract_slots=gpu.workers)
+    return None
+
+
+def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
+    """Per model: predicted GPU- and CPU-seconds per input, CPU workers per GPU that keep pace,
+    and per-stage seconds on `pools` (when known). Every number is from CONSTANTS."""
+    gpu = pools is None or pools.gpus > 0
+    lines = ["balance (predicted from measured constants: sweep/driver/balance.py CONSTANTS):"]
+    unit = "GPU-s" if gpu else "CPU-s (no GPU)"
+    lines.append(f"{'model':<20} {'extract ' + unit + '/input':>26} {'test CPU-s/input':>17} "
+                 f"{'CPU cores per GPU':>17} {'extract s':>10} {'test s':>10}")
+    for model in plan.models:
+        extract, test = extract_seconds(model, gpu), stage_cpu_seconds(model)
+        per_gpu = f"{test / extract:.1f}" if gpu else "-"
+        if pools is None:
+            stage_extract = stage_test = "?"
+        else:
+            stage_extract = f"{model.n_inputs * extract / max(pools.extract_slots, 1):.3g}"
+            stage_test = f"{model.n_inputs * test / max(pools.cpu_cores, 1):.3g}"
+        lines.append(f"{model.name:<20} {extract:>26.3g} {test:>17.3g} {per_gpu:>17} "
+                     f"{stage_extract:>10} {stage_test:>10}")
+    if pools is None:
+        lines.append("per-stage seconds: unknown for an existing cluster (kind: address)")
+    else:
+        lines.append(
+            f"per-stage seconds on this cluster: {pools.extract_slots} extraction worker(s) "
+            f"({pools.gpus} GPU(s)), {pools.cpu_cores} CPU core(s) for tests; stages overlap, "
+            f"so the sweep takes about the larger of the two"
+        )
+    lines.append("constants (value, unit, where measured):")
+    lines += [f"  {name} = {c.seconds:.2g} {c.unit}\n      [{c.measured}]"
+              for name, c in CONSTANTS.items()]
+    return lines

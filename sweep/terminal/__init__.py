@@ -1,0 +1,5 @@
+"""What reaches the terminal: one line and an exit code per fault (`faults`), Ctrl-C
+(`interrupts`), and which of Dask's log records are shown (`quiet_logs`).
+
+The lowest package of `sweep`: the driver, the clusters and the command line all use it.
+"""

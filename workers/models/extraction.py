@@ -1,0 +1,205 @@
+"""Model + inputs -> per input, per layer, the head-averaged attention over its real tokens
+(or every head's, for a spec whose `heads` option is `each`).
+
+Each family adapter (`workers.models.hf`, `.timm_`, `.ft_transformer`) subclasses `Extractor`:
+it prepares a batch (model inputs, each input's real-token positions and token kinds), installs
+hooks that hand every layer's (batch, heads, query, key) probabilities to a sink, and runs the
+forward pass. The sink averages heads as each layer is produced (`heads: mean`, the default), so
+one layer's (batch, heads, T, T) is the most ever held, or keeps them all (`heads: each`); padding
+masks keys only and is cropped away here.
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from storage.errors import ExtractionError, InputError
+from storage.location import StoreLike
+from workers.models.determinism import TORCH_THREADS, fixed_torch
+from workers.models.registry import ModelSpec, family_module
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+Sink = Callable[[torch.Tensor], None]
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """One input's attention: (layers, T, T) float32 rows over its real tokens, head-averaged,
+    or (layers, heads, T, T) when the spec keeps every head; and the tokens' kinds."""
+
+    input_id: str
+    attention: np.ndarray  # (layer, query, key), or (layer, head, query, key): float32
+    token_kind: np.ndarray  # (token,) int8 TokenKind
+
+    @property
+    def by_head(self) -> np.ndarray:
+        """(layer, head, query, key): the head-averaged attention as a single head."""
+        return self.attention if self.attention.ndim == 4 else self.attention[:, None]
+
+
+@dataclass(frozen=True)
+class Batch:
+    """A prepared batch: what the model is called with, and each input's real tokens."""
+
+    inputs: dict[str, torch.Tensor]
+    positions: list[torch.Tensor]  # per input: its real tokens on the padded axis, ascending
+    token_kinds: list[np.ndarray]  # per input: (real tokens,) int8
+
+
+class Extractor(ABC):
+    """Base of the family adapters: `token_counts` (no forward pass) and `extract`."""
+
+    spec: ModelSpec
+    n_layers: int
+    device: torch.device
+    dtype: torch.dtype
+
+    @abstractmethod
+    def token_counts(self, items: Sequence[Any]) -> list[int]:
+        """Real tokens each input will have, without a forward pass (sizes the store's T_max)."""
+
+    @abstractmethod
+    def prepare(self, items: Sequence[Any]) -> Batch:
+        """Preprocess `items` into model inputs on the device, with real positions and kinds."""
+
+    @abstractmethod
+    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
+        """Hooks that call `sink` once per layer with (batch, heads, query, key) probabilities."""
+
+    @abstractmethod
+    def forward(self, batch: Batch) -> Any:
+        """The bare forward pass of the model on a prepared batch."""
+
+    def extract(self, items: Sequence[Any], ids: Sequence[str]) -> list[Extraction]:
+        """Attention and token kinds of each item; ExtractionError if layers or values are wrong."""
+        if len(items) != len(ids):
+            raise InputError(f"extract: {len(items)} items but {len(ids)} ids")
+        if not items:
+            return []
+        with fixed_torch(TORCH_THREADS):  # the same bits on any core count
+            batch = self.prepare(items)
+            with torch.inference_mode(), capture_attention(self) as layers:
+                self.forward(batch)
+        return assemble(self.spec.name, self.n_layers, layers, batch, ids)
+
+
+@contextmanager
+def capture_attention(extractor: Extractor) -> Iterator[list[torch.Tensor]]:
+    """Within the block, the extractor's forward passes append one (batch, q, k) float32 map per
+    layer, heads averaged as the layer produces them, or, when the extractor's spec keeps every
+    head, its (batch, heads, q, k) float32 maps; hooks are removed on exit."""
+    layers: list[torch.Tensor] = []
+    each = extractor.spec.heads == "each"
+
+    def sink(probs: torch.Tensor) -> None:  # (batch, heads, query, key)
+        if each:
+            layers.append(probs.to(torch.float32))  # (batch, heads, query, key)
+        else:
+            layers.append(probs.mean(dim=1, dtype=torch.float32))  # (batch, query, key)
+
+    handles = extractor.install_hooks(sink)
+    try:
+        yield layers
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def assemble(
+    model: str, n_layers: int, layers: list[torch.Tensor], batch: Batch, ids: Sequence[str]
+) -> list[Extraction]:
+    """Crop each input's (layer, [head,] T, T) from the captured per-layer maps; check count and
+    values."""
+    if len(layers) != n_layers:
+        raise ExtractionError(
+            f"model {model!r} returned {len(layers)} attention layers for its {n_layers} layers: "
+            "build it with eager (non-fused) attention and one attention call per layer"
+        )
+    stacked = torch.stack(layers, dim=1).cpu()  # (batch, layer, [head,] query, key)
+    out = []
+    for b, input_id in enumerate(ids):
+        keep = batch.positions[b].cpu()
+        n = len(keep)
+        if n and int(keep[-1]) == n - 1:  # sorted real positions 0..n-1: a slice, no gather
+            attention = stacked[b, ..., :n, :n].numpy()  # (layer, [head,] T, T)
+        else:  # (layer, [head,] T, T)
+            attention = stacked[b].index_select(-2, keep).index_select(-1, keep).numpy()
+        if attention.shape[-1] != len(batch.token_kinds[b]):
+            raise ExtractionError(
+                f"model {model!r}, input {input_id!r}: attention over {attention.shape[-1]} tokens "
+                f"but {len(batch.token_kinds[b])} token kinds: the token layout is wrong"
+            )
+        bad = np.argwhere(~np.isfinite(attention))
+        if len(bad):
+            raise ExtractionError(
+                f"model {model!r}, input {input_id!r}: non-finite attention at layer {bad[0][0]}, "
+                f"row {bad[0][-2]}: try dtype float32"
+            )
+        out.append(Extraction(str(input_id), np.ascontiguousarray(attention, np.float32),
+                              batch.token_kinds[b].astype(np.int8)))
+    return out
+
+
+def resolve_device(device: str) -> torch.device:
+    """'auto' -> CUDA when available, else CPU; anything else as torch spells it."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except RuntimeError as error:
+        raise InputError(f"device {device!r}: {error}") from error
+
+
+def resolve_dtype(dtype: str) -> torch.dtype:
+    """'float32' (default), 'bfloat16' or 'float16'."""
+    if dtype not in DTYPES:
+        raise InputError(f"dtype {dtype!r} is unknown: use one of {sorted(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def default_cache_dir() -> Path:
+    """Where trained checkpoints go when no cache dir is given: $DOBRUSHIN_CACHE or ~/.cache."""
+    return Path(os.environ.get("DOBRUSHIN_CACHE", "~/.cache/dobrushin-sweep")).expanduser()
+
+
+def prepare_model(
+    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None
+) -> dict[str, Any] | None:
+    """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
+    training record (the cached one when the checkpoint exists). None for models that need no
+    preparation (pretrained and tiny models, random-init controls)."""
+    prepare = getattr(family_module(spec), "prepare", None)
+    if prepare is None:
+        return None
+    return prepare(spec, dataset, cache_dir or default_cache_dir())
+
+
+def model_dataset(spec: ModelSpec, dataset: Any) -> Any:
+    """The inputs `spec` is measured on, from the spec and `dataset` alone (no training):
+    FT-Transformer's test rows (option `split: test`) or every row (`split: all`); for every other
+    model the dataset itself."""
+    select = getattr(family_module(spec), "model_dataset", None)
+    return dataset if select is None else select(spec, dataset)
+
+
+def load_extractor(
+    spec: ModelSpec,
+    *,
+    dataset: Any = None,
+    device: str = "auto",
+    dtype: str = "float32",
+    cache_dir: StoreLike | None = None,
+) -> Extractor:
+    """Build the model of `spec` in eval mode on the device and wrap it in its family's adapter."""
+    torch_device, torch_dtype = resolve_device(device), resolve_dtype(dtype)
+    cache = cache_dir or default_cache_dir()
+    return family_module(spec).build_extractor(spec, dataset, cache, torch_device, torch_dtype)
