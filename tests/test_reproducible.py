@@ -16,6 +16,7 @@ from safetensors.torch import load_file
 
 from sweep.config.load import load_config
 from sweep.driver.runner import InProcessExecutor, run_sweep
+from tests.test_pruned_kernel import family
 from tests.test_sweep_local import arrays, write_config
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models import ft_transformer
@@ -111,15 +112,6 @@ def test_threads_of_one_worker_may_enter_together_whatever_count_each_had(proces
     assert errors == [] and seen == [1]
 
 
-def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:
-    """(layers, t, t) float32 softmax rows with a sink column and a diagonal boost."""
-    logits = 2.0 * rng.normal(size=(layers, t, t))
-    logits[:, :, 0] += 4.0
-    logits[:, np.arange(t), np.arange(t)] += 2.0
-    e = np.exp(logits - logits.max(axis=2, keepdims=True))
-    return (e / e.sum(axis=2, keepdims=True)).astype(np.float32)
-
-
 @pytest.mark.parametrize(("layers", "t"), [(12, 40), (2, 420)])
 def test_the_test_stage_on_one_and_on_two_numba_threads_gives_the_same_cells(layers, t):
     """Every result variable, the decision radius included, whichever kernel driver the thread
@@ -130,7 +122,8 @@ def test_the_test_stage_on_one_and_on_two_numba_threads_gives_the_same_cells(lay
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba was started with one thread")
-    stack = attention_like(np.random.default_rng(t), layers, t)
+    rng = np.random.default_rng(t)
+    stack = np.stack([family("sink", t, rng) for _ in range(layers)])  # (layer, q, k)
     kinds = np.full(t, TokenKind.CONTENT, dtype=np.int8)
     kinds[0] = TokenKind.CLS
     saved = numba.get_num_threads()
