@@ -1,11 +1,11 @@
-"""The cluster bootstrap over inputs (storage/bootstrap.py) against hand-computed cases."""
+"""The cluster bootstrap over inputs (storage/query/bootstrap.py) against hand-computed cases."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from storage.bootstrap import (
+from storage.query.bootstrap import (
     design_effect,
     generator,
     lift_interval,

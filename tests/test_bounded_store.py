@@ -23,7 +23,7 @@ from storage import markers
 from storage.attention import AttentionPolicy, dropped_key, sampled_inputs, stored_attention
 from storage.errors import InputError
 from storage.location import locate
-from storage.status import attention_held
+from storage.query.status import attention_held
 from storage.store import StoreMismatchError
 from sweep.cli.entry import main
 from sweep.config.load import load_config

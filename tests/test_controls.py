@@ -13,7 +13,7 @@ import pytest
 
 from storage.errors import InputError
 from storage.query import open_results
-from storage.statistics import wilson_interval
+from storage.query.statistics import wilson_interval
 from sweep.cli.entry import main
 from sweep.config.load import parse_config
 from sweep.driver.plan import ModelFacts, build_plan

@@ -13,7 +13,7 @@ import xarray as xr
 from scipy import stats
 
 from storage.query import open_results
-from storage.statistics import wilson_interval
+from storage.query.statistics import wilson_interval
 from sweep.report import findings
 from sweep.report.nulls import add_lifts, newcombe_interval
 from sweep.report.tables import build_report, render_json, render_markdown

@@ -279,7 +279,7 @@ def test_the_per_head_finding_is_paired_over_inputs_under_the_bootstrap(store):
     """Per head and head mean are measured on the same inputs: under `--ci bootstrap` (the
     default) their difference gets the paired bootstrap interval over those inputs, labelled so;
     under `--ci wilson`, Newcombe's from the two Wilson intervals."""
-    from storage.bootstrap import paired_difference_interval
+    from storage.query.bootstrap import paired_difference_interval
     from sweep.report.intervals import Bootstrap, per_input_counts
 
     tree = open_results(store)

@@ -9,9 +9,9 @@ import pytest
 import xarray as xr
 import zarr
 
-from storage.counts import group_counts, rates
 from storage.errors import InputError
-from storage.query import (
+from storage.query.counts import group_counts, rates
+from storage.query.results import (
     attaining_special,
     cell_counts,
     holding_rates,

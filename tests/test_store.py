@@ -20,7 +20,7 @@ from storage.errors import InputError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
 from storage.lock import StoreBusyError, StoreLock
-from storage.status import store_status
+from storage.query.status import store_status
 from storage.store import (
     StoreMismatchError,
     create_root,

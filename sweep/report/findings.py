@@ -43,8 +43,8 @@ from collections.abc import Iterable, Sequence
 import pandas as pd
 import xarray as xr
 
-from storage.query import model_names
-from storage.statistics import wilson_interval
+from storage.query.results import model_names
+from storage.query.statistics import wilson_interval
 from sweep.config.seeds import SEED_NAME
 from sweep.report.controls import newcombe_interval
 from sweep.report.nulls import simultaneous_level, simultaneous_z

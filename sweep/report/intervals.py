@@ -1,6 +1,6 @@
 """Per-input intervals for the report (`--ci bootstrap`): a seeded cluster bootstrap over inputs
-(`storage.bootstrap`) for every rate, trained - control difference (paired: the control saw the
-same inputs) and lift over a null (the null's own binomial uncertainty included), and the
+(`storage.query.bootstrap`) for every rate, trained - control difference (paired: the control saw
+the same inputs) and lift over a null (the null's own binomial uncertainty included), and the
 `intervals` table that sets them beside the Wilson intervals (width ratio, design effect).
 
 Each statistic's resamples come from SeedSequence(seed, spawn_key=(what, model, token set[,
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from storage.bootstrap import (
+from storage.query.bootstrap import (
     design_effect,
     generator,
     lift_samples,
@@ -25,7 +25,7 @@ from storage.bootstrap import (
     percentile_interval,
     rate_interval,
 )
-from storage.query import holds, model_names, ok
+from storage.query.results import holds, model_names, ok
 from sweep.report.nulls import simultaneous_level
 from workers.nulls.registry import stable_int
 

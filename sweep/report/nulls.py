@@ -26,9 +26,9 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from storage.query import model_names
-from storage.query_nulls import matched_null_table
-from storage.statistics import Z95, wilson_interval
+from storage.query.nulls import matched_null_table
+from storage.query.results import model_names
+from storage.query.statistics import Z95, wilson_interval
 from workers.exact.token_kinds import reading_label
 
 LIFT_COLUMNS = ["observed_inputs", "observed_holding", "observed_rate", "lift", "lift_ci_low",
@@ -62,7 +62,7 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int,
 
 
 def null_lifts(tree: xr.DataTree, summary: pd.DataFrame) -> pd.DataFrame:
-    """Every model's size-matched nulls (`storage.query_nulls.matched_null_table`) with the
+    """Every model's size-matched nulls (`storage.query.nulls.matched_null_table`) with the
     observed rate of the same (model, token set) from `summary` (`holding_rates` by model and
     token set) and the lift: observed_inputs, observed_holding, observed_rate, lift,
     lift_ci_low, lift_ci_high (95%), comparisons (the model's lifts with counts on both sides),

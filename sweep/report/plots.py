@@ -17,7 +17,7 @@ import xarray as xr
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from storage.query import model_names, ok
+from storage.query.results import model_names, ok
 from sweep.config.controls import control_pairs
 from sweep.report.tables import Report
 from workers.exact.token_kinds import TOKEN_SETS, reading_label

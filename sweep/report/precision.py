@@ -35,7 +35,7 @@ import pandas as pd
 import xarray as xr
 
 from storage.layout import ResultStatus
-from storage.query import model_names
+from storage.query.results import model_names
 
 UNIT_ROUNDOFF = {"float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8}
 PRECISION_COLUMNS = ["model", "token_set", "dtype", "extraction_dtype", "inputs",

@@ -41,7 +41,7 @@ from storage.device_pin import pinned_device
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR, ResultStatus
 from storage.location import StoreRef, locate
-from storage.statistics import wilson_interval
+from storage.query.statistics import wilson_interval
 from storage.store import open_root
 from sweep.driver.plan import with_defaults
 from sweep.driver.weights import check_weights, weights_record

@@ -8,7 +8,7 @@ import pandas as pd
 import xarray as xr
 
 from storage.layout import AttainingKind
-from storage.query import holds, model_names, ok, with_rates
+from storage.query.results import holds, model_names, ok, with_rates
 from workers.exact.token_kinds import CONTENT_READINGS, reading_label
 
 KIND_ORDER = [AttainingKind.CONTENT_ONLY, AttainingKind.CLS, AttainingKind.REGISTER,

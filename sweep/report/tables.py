@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
-from storage.counts import group_counts, rates
 from storage.errors import InputError
 from storage.layout import BASELINE_GROUP
 from storage.location import redact_url
-from storage.query import (
+from storage.query.counts import group_counts, rates
+from storage.query.results import (
     attaining_special,
     cell_counts,
     check_tol,

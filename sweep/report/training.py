@@ -12,7 +12,7 @@ from typing import Any
 
 import xarray as xr
 
-from storage.query import model_names
+from storage.query.results import model_names
 
 COLUMNS = ("model", "metric", "test", "val", "best epoch", "epochs run", "stopped by",
            "train/val/test rows", "params", "wall s")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage.errors import InputError
-from storage.statistics import wilson_interval
+from storage.query.statistics import wilson_interval
 from workers.exact.equality import DEFAULT_TOL
 from workers.nulls.registry import (
     DRAW_BYTES,  # noqa: F401 - re-exported: the draw size is part of the baseline's contract

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 from storage.attention import EXTRACT_STAGE
 from storage.integrity import variable_of
-from storage.status import attention_held, store_status
+from storage.query.status import attention_held, store_status
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.terminal.faults import EXIT_DAMAGED
 

@@ -1,5 +1,5 @@
 """Mergeable counts on xarray: summed per group, divided once (a leaf: numpy, xarray and
-`storage.statistics`; both `storage.query` and `storage.query_nulls` reduce with it)."""
+`storage.query.statistics`; both `storage.query` and `storage.query.nulls` reduce with it)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import numpy as np
 import xarray as xr
 
-from storage.statistics import wilson_interval
+from storage.query.statistics import wilson_interval
 
 
 def group_counts(counts: xr.Dataset, by: Sequence[str], keep: Sequence[str] = ()) -> xr.Dataset:

@@ -1,7 +1,7 @@
 """Read the nulls of a sweep store: the config-size baseline and each model's size-matched nulls.
 
 Both are per-chunk counts; a chunk whose `holding` is still -1 is not done and counts nothing.
-Rates are the summed counts divided once (`storage.counts.rates`), with 95% Wilson intervals.
+Rates are the summed counts divided once (`storage.query.counts.rates`), with 95% Wilson intervals.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from storage.counts import rates
 from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
@@ -21,6 +20,7 @@ from storage.layout import (
     NULLS_GROUP,
     Var,
 )
+from storage.query.counts import rates
 
 LEGACY_NULL = "uniform"  # what a store from before named nulls holds (the same stream)
 
@@ -40,7 +40,7 @@ def _counts(holding: np.ndarray, trials: np.ndarray, disagreements: np.ndarray,
             dims: tuple[str, str]) -> xr.Dataset:
     """Sums over the last (chunk) axis of the finished chunks (holding >= 0), along `dims`:
     trials, holding, disagreements, chunks_done, chunks, then rate and its 95% Wilson interval
-    (`storage.counts.rates`)."""
+    (`storage.query.counts.rates`)."""
     per_chunk = xr.Dataset({name: ((*dims, "chunk"), values) for name, values in (
         ("trials", trials), ("holding", holding), ("disagreements", disagreements))})
     done = per_chunk["holding"] >= 0

@@ -3,7 +3,7 @@
 Opening is lazy: result arrays become dask arrays over their Zarr chunks, and the attention
 arrays are never opened. Rates are reductions of mergeable counts (sums over inputs, divided
 once at the end), so partial and resumed sweeps report exactly what is done. The counting is
-xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.counts`); `holding_rates`
+xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.query.counts`); `holding_rates`
 turns the result into a pandas table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
@@ -26,7 +26,6 @@ import pandas as pd
 import xarray as xr
 import zarr
 
-from storage.counts import group_counts, rates
 from storage.errors import InputError
 from storage.layout import (
     BASELINE_GROUP,
@@ -43,8 +42,9 @@ from storage.layout import (
     Var,
 )
 from storage.location import Location, StoreLike, locate
-from storage.query_nulls import baseline_dataset, matched_nulls_dataset
-from storage.statistics import wilson_interval
+from storage.query.counts import group_counts, rates
+from storage.query.nulls import baseline_dataset, matched_nulls_dataset
+from storage.query.statistics import wilson_interval
 
 GROUP_KEYS = ("model", "layer", "head", "token_set", "depth")
 COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
