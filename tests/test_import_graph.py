@@ -203,26 +203,29 @@ def test_folders_stay_small():
     assert {f: n for f, n in counts.items() if n > MAX_MODULES} == {}
 
 
-def package_exports() -> list[tuple[str, str]]:
-    """(package, name) for every name in a package __init__'s `_EXPORTS`."""
+def package_exports() -> list[tuple[str, str, str]]:
+    """(package, module, name) for every name a package __init__ gives on first use: the
+    `submod_attrs` of its `lazy_loader.attach` call."""
     out = []
     for name, path in modules().items():
         if path.name != "__init__.py":
             continue
-        for node in ast.parse(path.read_text(encoding="utf-8")).body:
-            if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
-                    and any(getattr(t, "id", "") == "_EXPORTS" for t in node.targets)):
-                out += [(name, key.value) for key in node.value.keys]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.keyword) and node.arg == "submod_attrs":
+                out += [(name, key.value, attr.value)
+                        for key, attrs in zip(node.value.keys, node.value.values, strict=True)
+                        for attr in attrs.elts]
     return sorted(out)
 
 
-@pytest.mark.parametrize(("package", "name"), package_exports())
-def test_public_names_resolve(package, name):
+@pytest.mark.parametrize(("package", "source_name", "name"), package_exports())
+def test_public_names_resolve(package, source_name, name):
     """Each package's public names (imported on first use) come from the module defining them."""
     module = importlib.import_module(package)
     value = getattr(module, name)
-    source = importlib.import_module(f"{package}.{module._EXPORTS[name]}")
+    source = importlib.import_module(f"{package}.{source_name}")
     assert value is getattr(source, name)
+    assert name in module.__all__
 
 
 def shims() -> list[tuple[str, str]]:

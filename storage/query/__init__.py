@@ -7,17 +7,9 @@ intervals) and `bootstrap` (the per-input cluster bootstrap) are the pure interv
 report shares; `status` says what a store holds from its markers. Nothing here writes.
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "open_results": "results",
-    "holding_rates": "results",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "results": ["open_results", "holding_rates"],
+})

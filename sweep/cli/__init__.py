@@ -2,14 +2,9 @@
 module per subcommand in `commands`, and `outputs` (output paths checked before any work).
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {"main": "entry", "run_command": "entry"}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "entry": ["main", "run_command"],
+})

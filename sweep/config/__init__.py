@@ -6,19 +6,10 @@
 bundled offline sweep) and `study.yaml` (the paper's models) live here too.
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "load_config": "load",
-    "parse_config": "load",
-    "default_config_path": "load",
-    "SweepConfig": "schema",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "load": ["load_config", "parse_config", "default_config_path"],
+    "schema": ["SweepConfig"],
+})

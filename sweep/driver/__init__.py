@@ -7,20 +7,11 @@ a model, decodes an input or trains: every per-input and per-model step is a tas
 (`workers.tasks`). `balance` sizes the CPU pool against the GPU pool for `sweep plan`.
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "build_plan": "plan",
-    "materialise": "runner",
-    "run_sweep": "runner",
-    "InProcessExecutor": "runner",
-    "DaskExecutor": "graph",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "plan": ["build_plan"],
+    "runner": ["materialise", "run_sweep", "InProcessExecutor"],
+    "graph": ["DaskExecutor"],
+})

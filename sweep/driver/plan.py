@@ -74,6 +74,21 @@ class Fingerprinted:
         return fingerprint(self.fingerprint_inputs())
 
 
+class ChunkedTrials:
+    """Null trials cut into chunks of `chunk_trials` (the dataclass holds both fields)."""
+
+    trials: int
+    chunk_trials: int
+
+    @property
+    def n_chunks(self) -> int:
+        return -(-self.trials // self.chunk_trials)
+
+    def chunk_blocks(self, chunk: int) -> BlockSpan:
+        """The (block index, trials) blocks of `chunk`, lazily, in O(1)."""
+        return chunk_span(self.trials, self.chunk_trials, chunk)
+
+
 # Fingerprint inputs left out when they hold these defaults, so stores made before the key was
 # fingerprinted keep their fingerprint; `with_defaults` shows them in refusals.
 OMITTED_DEFAULTS: dict[str, Any] = {"rollout": "every", "batch_size": 8, "device": "auto"}
@@ -197,7 +212,7 @@ class ModelPlan(Fingerprinted):
 
 
 @dataclass(frozen=True)
-class BaselinePlan(Fingerprinted):
+class BaselinePlan(ChunkedTrials, Fingerprinted):
     """The config-size baseline: `trials` per null and size, cut into chunks of `chunk_trials`."""
 
     sizes: tuple[int, ...]
@@ -206,14 +221,6 @@ class BaselinePlan(Fingerprinted):
     chunk_trials: int  # a multiple of workers.nulls.baseline.BLOCK
     tol: float
     nulls: tuple[str, ...] = ("uniform",)
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.trials // self.chunk_trials)
-
-    def chunk_blocks(self, chunk: int) -> BlockSpan:
-        """The (block index, trials) blocks of `chunk`, lazily, in O(1)."""
-        return chunk_span(self.trials, self.chunk_trials, chunk)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
         return {
@@ -232,7 +239,7 @@ class BaselinePlan(Fingerprinted):
 
 
 @dataclass(frozen=True)
-class MatchedNullsPlan(Fingerprinted):
+class MatchedNullsPlan(ChunkedTrials, Fingerprinted):
     """Size-matched nulls: per model, token set and null, `trials` draws at the model's sizes."""
 
     nulls: tuple[str, ...]
@@ -240,14 +247,6 @@ class MatchedNullsPlan(Fingerprinted):
     seed: int
     chunk_trials: int  # a multiple of workers.nulls.baseline.BLOCK
     tol: float
-
-    @property
-    def n_chunks(self) -> int:
-        return -(-self.trials // self.chunk_trials)
-
-    def chunk_blocks(self, chunk: int) -> BlockSpan:
-        """The (block index, trials) blocks of `chunk`, lazily, in O(1)."""
-        return chunk_span(self.trials, self.chunk_trials, chunk)
 
     def fingerprint_inputs(self) -> dict[str, Any]:
         return {"nulls": list(self.nulls), "trials": self.trials, "seed": self.seed,

@@ -8,22 +8,11 @@ figures. A new table is a module here and a field on `tables.Report`. `precision
 (`sweep precision`) measures what `precision` bounds: the one reader that runs models.
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "Report": "tables",
-    "build_report": "tables",
-    "render_markdown": "tables",
-    "render_csv": "tables",
-    "render_json": "tables",
-    "render_html": "html",
-    "report_figures": "plots",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "tables": ["Report", "build_report", "render_markdown", "render_csv", "render_json"],
+    "html": ["render_html"],
+    "plots": ["report_figures"],
+})

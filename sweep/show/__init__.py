@@ -2,14 +2,9 @@
 attaining kappa (`view`), a heat map of one layer (`figure`), and what the input was (`source`).
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {"read_input": "view", "render_table": "view"}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "view": ["read_input", "render_table"],
+})

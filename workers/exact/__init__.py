@@ -7,21 +7,10 @@ fills one input's result cells. Pure math in numpy and numba, no I/O (torch only
 `check(device=...)`, imported there).
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "check": "equality",
-    "DEFAULT_TOL": "equality",
-    "EqualityResult": "equality",
-    "restrict_layers": "equality",
-    "TokenKind": "token_kinds",
-    "TOKEN_SETS": "token_kinds",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "equality": ["check", "DEFAULT_TOL", "EqualityResult", "restrict_layers"],
+    "token_kinds": ["TokenKind", "TOKEN_SETS"],
+})

@@ -6,22 +6,10 @@
 `token_layout` sizes a model from its spec alone, for the driver.
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "ModelSpec": "registry",
-    "PRESETS": "registry",
-    "FAMILY_MODULES": "registry",
-    "resolve_model": "registry",
-    "load_extractor": "extraction",
-    "prepare_model": "extraction",
-    "model_dataset": "extraction",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "registry": ["ModelSpec", "PRESETS", "FAMILY_MODULES", "resolve_model"],
+    "extraction": ["load_extractor", "prepare_model", "model_dataset"],
+})

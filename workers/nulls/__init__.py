@@ -5,19 +5,10 @@ config-size baseline (a null's holding rate at size n) and `matched` the size-ma
 model's own matrix sizes).
 """
 
-from importlib import import_module
+import lazy_loader
 
-_EXPORTS = {
-    "NULLS": "registry",
-    "get_null": "registry",
-    "parse_nulls": "registry",
-    "run_baseline": "baseline",
-}
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> object:
-    """The public names, each imported from its module on first use."""
-    if name in _EXPORTS:
-        return getattr(import_module(f"{__name__}.{_EXPORTS[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The public names, each imported from its module on first use.
+__getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
+    "registry": ["NULLS", "get_null", "parse_nulls"],
+    "baseline": ["run_baseline"],
+})
