@@ -66,26 +66,33 @@ def shard(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return attention, np.full(inputs, t, dtype=np.int32), kinds
 
 
-def task_in_store(t: int, store: str, options: dict[str, str]) -> Callable[[], object]:
-    """The whole test task over the shard written to `store` (the tree's own store code)."""
-    from storage.location import StoreRef, locate
+def write_test_shard(store: object, attention: np.ndarray, n_tokens: np.ndarray,
+                     kinds: np.ndarray) -> object:
+    """The TestTask of a store (a StoreRef) holding `attention` (input, layer, head, T, T) as one
+    shard of model `m`, written as extraction writes it; only imports every tree here has."""
+    from storage.location import locate
     from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
     from workers.task_specs import TestTask
-    from workers.tasks import run_test
 
-    attention, n_tokens, kinds = shard(t)
-    n = len(n_tokens)
-    ref = StoreRef.of(store, options)
-    locate(ref).delete_prefix("")
-    root = create_root(ref)
-    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=LAYERS, t_max=t,
+    n, layers, t_max = attention.shape[0], attention.shape[1], attention.shape[-1]
+    locate(store).delete_prefix("")
+    root = create_root(store)
+    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
                  shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
     root.attrs["models"] = ["m"]
-    group = open_model(ref, "m", mode="r+")
+    group = open_model(store, "m", mode="r+")
     write_attention(group, 0, attention)
     write_tokens(group, 0, n_tokens, kinds)
-    task = TestTask(key="test-m-00000", store=ref, model="m", shard=0, start=0, stop=n,
+    return TestTask(key="test-m-00000", store=store, model="m", shard=0, start=0, stop=n,
                     token_sets=TOKEN_SETS, tol=1e-12)
+
+
+def task_in_store(t: int, store: str, options: dict[str, str]) -> Callable[[], object]:
+    """The whole test task over the shard written to `store` (the tree's own store code)."""
+    from storage.location import StoreRef
+    from workers.tasks import run_test
+
+    task = write_test_shard(StoreRef.of(store, options), *shard(t))
     return lambda: run_test(task)
 
 

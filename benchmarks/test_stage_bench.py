@@ -34,15 +34,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from stage_vs_tree import write_test_shard
 
 from storage.location import StoreRef, locate
 from storage.store import (
-    create_root,
-    ensure_model,
     open_model,
-    write_attention,
     write_results,
-    write_tokens,
 )
 from sweep.driver.plan import TestTask
 from workers.exact import pruned
@@ -117,17 +114,9 @@ CASES: dict[str, Callable[[int], Case]] = {
 
 def write_shard(store: StoreRef, case: Case) -> TestTask:
     """A store holding the case as one shard, written as the extraction task writes it."""
-    n, layers, t_max = case.attention.shape[:3]
-    locate(store).delete_prefix("")
-    root = create_root(store)
-    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
-                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
-    root.attrs["models"] = ["m"]
-    group = open_model(store, "m", mode="r+")
-    write_attention(group, 0, case.attention[:, :, None])  # one head: head-averaged
     n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
-    write_tokens(group, 0, n_tokens, case.token_kind)
-    return TestTask("test-m-00000", store, "m", 0, 0, n, TOKEN_SETS, 1e-12)
+    return write_test_shard(store, case.attention[:, :, None], n_tokens,  # one head: averaged
+                            case.token_kind)
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, float]:
