@@ -112,7 +112,7 @@ def test_pool_sizes_of_each_cluster_kind():
     slurm = cfg.model_copy(update={"kind": "slurm"})
     assert cluster_pools(slurm) == Pools(gpus=2, cpu_cores=4 * 16, extract_slots=2)
     kube = cfg.model_copy(update={"kind": "kubernetes"})
-    assert cluster_pools(kube) == Pools(gpus=2, cpu_cores=4 * 4, extract_slots=2)
+    assert cluster_pools(kube) == Pools(gpus=2, cpu_cores=16, extract_slots=2)
     assert cluster_pools(cfg.model_copy(update={"kind": "address"})) is None
 
 

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from distributed import Worker
+from distributed import Nanny, Worker
 
 from storage.errors import InputError
 from sweep.clusters.client import ClusterConfig, describe_cluster, load_cluster_config
 from sweep.clusters.local import local_pools, use_processes, worker_specs
-from sweep.clusters.slurm import job_scripts
+from sweep.clusters.slurm import job_scripts, lost_jobs
 
 REPO_CLUSTER_YAML = Path(__file__).resolve().parents[1] / "cluster.yaml"
 KINDS = ("local", "address", "slurm", "kubernetes")
@@ -60,7 +60,7 @@ def test_every_documented_kind_parses(tmp_path, kind):
 def test_the_documented_slurm_pools_keep_their_directives(tmp_path):
     slurm = load_cluster_config(with_kind(tmp_path, "slurm")).slurm
     assert slurm.gpu.job_extra_directives == ("--gres=gpu:1",)
-    assert slurm.gpu.resources == {"GPU": 1} and slurm.cpu.resources == {"CPU": 16}
+    assert slurm.gpu.resources == {"GPU": 1} and slurm.cpu.resources == {"CPU": 1}
 
 
 def test_an_empty_file_is_the_default(tmp_path):
@@ -227,8 +227,10 @@ def test_slurm_job_scripts_carry_each_pools_directives_and_resources():
                  "export NUMBA_NUM_THREADS=4", "export OMP_NUM_THREADS=4"):
         assert line in gpu
     assert gpu.index("export NUMBA_NUM_THREADS=4") < gpu.index("module load cuda")
-    assert "export NUMBA_NUM_THREADS=2" in cpu
-    assert "--resources CPU=2" in cpu and "--cpus-per-task=2" in cpu
+    assert "export NUMBA_NUM_THREADS=1" in cpu and "export OMP_NUM_THREADS=1" in cpu
+    assert "--resources CPU=1" in cpu and "--cpus-per-task=2" in cpu
+    assert "--nworkers 2 " in cpu and "--nthreads 1 " in cpu  # a process per core
+    assert "--nworkers" not in gpu  # one worker of 4 threads per GPU job
     assert "--gres" not in cpu and "GPU=" not in cpu and "-J sweep-cpu" in cpu
     assert f"{sys.executable} -m distributed.cli.dask_worker" in gpu
 
@@ -251,15 +253,25 @@ def test_describe_cluster_shows_what_would_start(tmp_path, kind):
     assert expected in text
 
 
-def test_the_machine_sized_default_without_gpus_runs_its_workers_as_threads():
+def test_the_machine_sized_default_without_gpus_runs_a_single_threaded_process_per_core():
     local = ClusterConfig().local
     pools = local_pools(local, cpu_count=2, devices=())
-    assert use_processes(local, pools) is False
-    specs = worker_specs(pools, "auto", processes=False)
+    assert use_processes(local, pools) is True
+    specs = worker_specs(pools, "auto", processes=True)
     assert sorted(specs) == ["cpu-0", "cpu-1"]
-    assert all(spec["cls"] is Worker for spec in specs.values())
+    assert all(spec["cls"] is Nanny for spec in specs.values())
     assert specs["cpu-0"]["options"]["resources"] == {"GPU": 1.0, "CPU": 1.0}
     assert specs["cpu-0"]["options"]["nthreads"] == 1
+    assert specs["cpu-0"]["options"]["env"]["NUMBA_NUM_THREADS"] == "1"
+
+
+def test_one_worker_alone_runs_as_a_thread_of_the_sweep():
+    local = ClusterConfig().local
+    one_core = local_pools(local, cpu_count=1, devices=())
+    assert use_processes(local, one_core) is False
+    assert all(s["cls"] is Worker for s in worker_specs(one_core, "auto", False).values())
+    wide = ClusterConfig.model_validate({"local": {"threads": 2}}).local
+    assert use_processes(wide, local_pools(wide, cpu_count=2, devices=())) is False
 
 
 def test_gpu_pools_and_explicit_pools_run_as_processes_unless_told():
@@ -279,3 +291,29 @@ def test_threads_cannot_pin_cuda_devices():
     local = ClusterConfig.model_validate({"local": {"processes": False}}).local
     with pytest.raises(InputError, match="processes: false"):
         use_processes(local, local_pools(local, cpu_count=8, devices=(0,)))
+
+
+@pytest.mark.parametrize("kind, lines", [
+    ("slurm", ["pool gpu: 2 job(s) x 1 worker process(es) x 8 thread(s) = 16 worker thread(s)",
+               "pool cpu: 4 job(s) x 16 worker process(es) x 1 thread(s) = 64 worker thread(s), "
+               "resources {'CPU': 1.0} per worker"]),
+    ("kubernetes", ["pool cpu: 16 pod(s) x 1 worker process(es) x 1 thread(s) = 16 worker "
+                    "thread(s), resources {'CPU': 1.0} per worker"]),
+    ("address", ["--nworkers C --nthreads 1"]),
+])
+def test_describe_cluster_shows_each_pools_worker_processes_and_threads(tmp_path, kind, lines):
+    text = describe_cluster(load_cluster_config(with_kind(tmp_path, kind)))
+    for line in lines:
+        assert line in text
+
+
+def test_a_job_of_several_workers_is_lost_when_none_is_seen_at_two_checks_in_a_row():
+    groups = {"cpu-0": ["-0", "-1"], "cpu-1": ["-0", "-1"]}
+    misses: dict[str, int] = {}
+    assert lost_jobs(groups, set(), misses) == []  # pending jobs: never connected, never lost
+    assert lost_jobs(groups, {"cpu-0-0", "cpu-1-1"}, misses) == []
+    assert lost_jobs(groups, {"cpu-0-1"}, misses) == []  # cpu-0 keeps one: not lost; cpu-1 none
+    assert lost_jobs(groups, {"cpu-0-1"}, misses) == ["cpu-1"]
+    assert lost_jobs(groups, set(), misses) == []  # cpu-0 gone at one check only
+    assert lost_jobs(groups, {"cpu-1-0"}, misses) == ["cpu-0"]  # cpu-1 resubmitted, back
+    assert lost_jobs(groups, set(), misses) == []

@@ -17,7 +17,7 @@ def k8s_config(**overrides) -> ClusterConfig:
         "env": {"HF_HUB_OFFLINE": "1"},
         "gpu": {"workers": 2, "cpu": "8", "memory": "32Gi", "gpus": 1,
                 "node_selector": {"nvidia.com/gpu.present": "true"}},
-        "cpu": {"workers": 5, "cpu": "4", "memory": "16Gi", "threads": 4},
+        "cpu": {"workers": 5, "cpu": "1", "memory": "4Gi"},
     }
     block.update(overrides)
     return ClusterConfig.model_validate(
@@ -57,19 +57,39 @@ def test_gpu_pool_workers_carry_the_gpu_resource_and_limits():
     )
 
 
-def test_cpu_pool_workers_carry_cpu_slots_equal_to_their_threads_and_no_gpu():
+def test_cpu_pool_pods_run_one_single_threaded_worker_with_one_cpu_slot_and_no_gpu():
     _, group = kubernetes_specs(k8s_config())
     worker = group["spec"]["worker"]
     container = worker_container(worker)
-    assert arg_after(container["args"], "--resources") == "CPU=4"
-    assert arg_after(container["args"], "--nthreads") == "4"
+    assert arg_after(container["args"], "--resources") == "CPU=1"
+    assert arg_after(container["args"], "--nthreads") == "1"
+    assert "--nworkers" not in container["args"]  # the operator runs one worker per pod
+    env = {item["name"]: item["value"] for item in container["env"]}
+    assert {env[name] for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS")} \
+        == {"1"}
+    assert container["resources"]["requests"] == {"cpu": "1", "memory": "4Gi"}
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert "nodeSelector" not in worker["spec"] and "tolerations" not in worker["spec"]
 
 
+def test_a_cpu_pool_of_threaded_pods_is_refused_naming_the_fix(tmp_path):
+    from storage.errors import InputError
+    from sweep.clusters.config import load_cluster_config
+
+    path = tmp_path / "cluster.yaml"
+    path.write_text(yaml.safe_dump({"kind": "kubernetes", "kubernetes": {
+        "image": "i", "gpu": {"workers": 1, "gpus": 1},
+        "cpu": {"workers": 4, "cpu": "4", "threads": 4}}}))
+    with pytest.raises(InputError) as caught:
+        load_cluster_config(path)
+    message = str(caught.value)
+    assert "kubernetes.cpu.threads" in message and "(got 4)" in message
+    assert "workers: C" in message and "\n" not in message
+
+
 def test_worker_memory_limit_is_the_pod_memory_in_a_form_dask_parses():
     cluster, group = kubernetes_specs(k8s_config())
-    pools = ((cluster["spec"]["worker"], "32Gi"), (group["spec"]["worker"], "16Gi"))
+    pools = ((cluster["spec"]["worker"], "32Gi"), (group["spec"]["worker"], "4Gi"))
     for spec, pod_memory in pools:
         limit = arg_after(worker_container(spec)["args"], "--memory-limit")
         assert limit == pod_memory and parse_bytes(limit) == parse_bytes(pod_memory + "B")

@@ -25,6 +25,7 @@ from storage.location import StoreRef
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
 from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
+from sweep.clusters.shapes import pool_shapes
 from sweep.clusters.slurm import job_scripts, start_slurm
 from sweep.terminal.quiet_logs import quiet_shutdown, restored_log_levels
 
@@ -125,19 +126,18 @@ def check_store_fits_cluster(cfg: ClusterConfig, store: StoreRef) -> None:
 
 
 def describe_cluster(cfg: ClusterConfig) -> str:
-    """A dry-run description: the resolved config and what would be started (scripts, specs)."""
+    """A dry-run description: the resolved config, each pool's worker processes x threads
+    (`sweep.clusters.shapes`) and what would be started (scripts, specs)."""
     chosen = cfg.model_dump(mode="json", include={"kind", "allowed_failures",
                                                    "dashboard_address", cfg.kind})
     lines = [f"cluster kind: {cfg.kind}", yaml.safe_dump(chosen, sort_keys=False)]
-    if cfg.kind == "local":
-        pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
-        kind = "processes" if use_processes(cfg.local, pools) else "threads of the sweep process"
-        for name, pool in pools.items():
-            lines.append(
-                f"pool {name}: {pool.workers} worker(s) x {pool.threads} thread(s), "
-                f"resources {pool.resources}, workers as {kind}"
-            )
-    elif cfg.kind == "slurm" and cfg.slurm is not None:
+    shapes = pool_shapes(cfg)
+    if shapes is None:
+        lines.append("pools: the running cluster's own workers (start CPU workers as "
+                     "`dask worker ADDRESS --nworkers C --nthreads 1 --resources CPU=1`)")
+    else:
+        lines += [shape.line(name) for name, shape in shapes.items()]
+    if cfg.kind == "slurm" and cfg.slurm is not None:
         for name, script in job_scripts(cfg.slurm).items():
             jobs = getattr(cfg.slurm, name).jobs
             lines += [f"# pool {name}: {jobs} job(s), each running:", script]

@@ -74,8 +74,8 @@ class LocalConfig(_Spec):
     processes: Literal["auto"] | bool = Field(
         "auto",
         description="workers as processes (true) or as threads of the sweep's own process "
-        "(false); auto: threads for the machine-sized default without CUDA devices, else "
-        "processes",
+        "(false); auto: processes, or threads where there is one worker only (a process's "
+        "test tasks take turns at its locks)",
     )
 
 
@@ -104,7 +104,9 @@ class AddressConfig(_Spec):
 
 
 class SlurmPool(_Spec):
-    """One SLURM job per worker; `resources` default to the pool's tag: GPU: 1 or CPU: cores."""
+    """A pool of SLURM jobs. A GPU job runs one worker process of `cores` threads; a CPU job
+    runs `cores` single-threaded worker processes (`worker_processes`). `resources` are each
+    worker process's: by default GPU: 1, or CPU: 1."""
 
     jobs: int = Field(1, ge=0)
     cores: int = Field(ge=1)
@@ -133,7 +135,7 @@ class SlurmConfig(_Spec):
 
 
 class KubernetesPool(_Spec):
-    """One worker group of the dask-kubernetes operator."""
+    """One worker group of the dask-kubernetes operator: `workers` pods of one worker each."""
 
     workers: int = Field(ge=0)
     cpu: str = "1"
@@ -142,6 +144,15 @@ class KubernetesPool(_Spec):
     threads: int = Field(1, ge=1)
     node_selector: dict[str, str] = Field(default_factory=dict)
     resources: dict[str, float] | None = None
+
+
+class KubernetesCpuPool(KubernetesPool):
+    """The CPU worker group: single-threaded worker pods (the operator runs one worker per pod,
+    and a process's test tasks take turns at its locks), so it scales by `workers`."""
+
+    threads: Literal[1] = Field(
+        1, description="1: one single-threaded worker per pod (a process's test tasks take "
+        "turns at its locks); give each pod cpu: '1' and C cores as workers: C")
 
 
 class KubernetesConfig(_Spec):
@@ -157,7 +168,7 @@ class KubernetesConfig(_Spec):
     env: dict[str, str] = Field(default_factory=dict)
     scheduler_service_type: str = "ClusterIP"
     gpu: KubernetesPool
-    cpu: KubernetesPool
+    cpu: KubernetesCpuPool
 
 
 class ClusterConfig(_Spec):
@@ -190,15 +201,26 @@ class ClusterConfig(_Spec):
         return self
 
 
+def worker_processes(pool_name: str, pool: SlurmPool) -> int:
+    """Worker processes per SLURM job: one per core in the CPU pool (each test task then has a
+    process to itself: a process's tasks take turns at its kernel and BLAS locks,
+    `workers.exact.equality`), one in the GPU pool (one extraction at a time per GPU)."""
+    return pool.cores if pool_name == "cpu" else 1
+
+
 def slurm_resources(pool_name: str, pool: SlurmPool) -> dict[str, float]:
-    """Resources each worker of a SLURM pool carries: configured, else GPU: 1 or CPU: cores."""
+    """Resources each worker process of a SLURM pool carries: configured, else GPU: 1 or CPU: its
+    threads (1 in the CPU pool)."""
     if pool.resources is not None:
         return dict(pool.resources)
-    return {"GPU": 1.0} if pool_name == "gpu" else {"CPU": float(pool.cores)}
+    if pool_name == "gpu":
+        return {"GPU": 1.0}
+    return {"CPU": float(pool.cores // worker_processes(pool_name, pool))}
 
 
 def kubernetes_resources(pool_name: str, pool: KubernetesPool) -> dict[str, float]:
-    """Resources each Kubernetes pool worker carries: configured, else GPU: 1 or CPU: threads."""
+    """Resources each Kubernetes pool worker carries: configured, else GPU: 1 or CPU: threads
+    (1 in the CPU pool)."""
     if pool.resources is not None:
         return dict(pool.resources)
     return {"GPU": 1.0} if pool_name == "gpu" else {"CPU": float(pool.threads)}

@@ -3,7 +3,8 @@
 Machine-sized default (no `pools:`): with CUDA devices, one GPU worker per device (pinned with
 CUDA_VISIBLE_DEVICES) and CPU workers on the remaining cores; without, every worker carries both
 labels, so extraction runs on CPU workers that hold a `GPU` resource of 1 (one model pass at a
-time per worker) and the test tasks share the same cores.
+time per worker) and the test tasks share the same cores. Either way a CPU worker is one
+single-threaded process per core (`threads: 1`), unless the config says otherwise.
 """
 
 from __future__ import annotations
@@ -58,14 +59,16 @@ def local_pools(cfg: LocalConfig, cpu_count: int, devices: Sequence[int]) -> dic
 def use_processes(cfg: LocalConfig, pools: dict[str, LocalPool]) -> bool:
     """Whether the workers are processes (Nanny) or threads of this process (Worker).
 
-    Threads (the `auto` choice for the machine-sized default without CUDA devices) skip each
-    worker process's start-up, imports and model load, and the tasks' own thread pools (torch,
-    numba, BLAS) still use every core; but a worker crash is the sweep's crash and no per-pool
-    environment (CUDA_VISIBLE_DEVICES, THREAD_VARIABLES) can apply. Pools with an environment of
-    their own and explicit pools run as processes unless `processes: false` says otherwise.
+    `auto`: processes whenever there is more than one worker, or a pool has an environment of
+    its own, or pools are explicit: a process's test tasks take turns at its kernel and BLAS
+    locks (`workers.exact.equality`), so two workers in one process do the work of little more
+    than one. Threads (`auto` with one worker: a one-core machine, or `threads` >= its cores)
+    skip the worker's start-up, imports and model load, but a worker crash is the sweep's crash
+    and no per-pool environment (CUDA_VISIBLE_DEVICES, THREAD_VARIABLES) can apply.
     """
     if cfg.processes == "auto":
-        return cfg.pools is not None or any(pool.env for pool in pools.values())
+        workers = sum(pool.workers for pool in pools.values())
+        return cfg.pools is not None or workers > 1 or any(pool.env for pool in pools.values())
     if not cfg.processes and any(pool.env for pool in pools.values()):
         raise InputError(
             "local: processes: false runs every worker in one process, so a pool's env "

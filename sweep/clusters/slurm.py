@@ -1,8 +1,10 @@
 """The slurm kind: dask-jobqueue, one scheduler here and two pools of worker jobs (GPU and CPU).
 
 How two pools share one scheduler: `SLURMCluster` is a `distributed.SpecCluster`, whose public
-`worker_spec` maps a worker name to `{"cls": SLURMJob, "options": job keywords}`; each entry is
-one `sbatch` job running one worker (processes=1). The cluster is built with the GPU pool's
+`worker_spec` maps a job name to `{"cls": SLURMJob, "options": job keywords}`; each entry is
+one `sbatch` job. A GPU job runs one worker of `cores` threads; a CPU job runs `cores`
+single-threaded worker processes (`processes=cores`, dask's `--nworkers`), named `cpu-<i>-<k>`,
+which its spec lists as its `group` of name suffixes. The cluster is built with the GPU pool's
 keywords (this starts the scheduler, bound to `scheduler_host` or `interface`); its
 `worker_spec` is then filled with `gpu-<i>` entries from the GPU pool and `cpu-<i>` entries from
 the CPU pool, and `scale(jobs=total)` submits them. SpecCluster starts heterogeneous specs as
@@ -12,14 +14,17 @@ pool's, so the scheduler sends GPU-tagged tasks to GPU jobs and CPU-tagged tasks
 Before submitting, `sbatch --test-only` checks each pool's script, so a wrong partition, account
 or gres is a one-line error instead of a sweep that waits forever for workers.
 
-Pre-emption: a cancelled job (scancel, walltime, pre-emption) takes its worker away; the
-scheduler reschedules that worker's tasks (`allowed_failures` bounds how many deaths one task
-survives). After `lost_job_timeout` SpecCluster forgets the worker but keeps its spec, so a
-periodic `scale(jobs=total)` (`replace_lost_jobs`) resubmits the job.
+Pre-emption: a cancelled job (scancel, walltime, pre-emption) takes its workers away; the
+scheduler reschedules their tasks (`allowed_failures` bounds how many deaths one task
+survives). After `lost_job_timeout` SpecCluster forgets a one-worker job but keeps its spec;
+a job of several workers is forgotten here once none of its workers has been seen for a
+`lost_job_timeout` (SpecCluster matches a lost worker's name to a job only without a group).
+A periodic `scale(jobs=total)` (`replace_lost_jobs`) then resubmits the job.
 """
 
 from __future__ import annotations
 
+import asyncio
 import shutil
 import subprocess
 import sys
@@ -43,24 +48,28 @@ from sweep.clusters.config import (
     SlurmConfig,
     SlurmPool,
     slurm_resources,
+    worker_processes,
 )
 
 POOLS = ("gpu", "cpu")
 
 
 def job_options(slurm: SlurmConfig, pool_name: str) -> dict[str, Any]:
-    """SLURMJob keywords for one worker job of a pool: directives, resources, python, dirs."""
+    """SLURMJob keywords for one worker job of a pool: directives, worker processes (each with
+    its share of the cores and memory, and its thread variables), resources, python, dirs."""
     pool: SlurmPool = getattr(slurm, pool_name)
     resources = ",".join(f"{k}={v:g}" for k, v in slurm_resources(pool_name, pool).items())
+    processes = worker_processes(pool_name, pool)
+    threads = pool.cores // processes
     return {
         "cores": pool.cores,
         "memory": pool.memory,
-        "processes": 1,
+        "processes": processes,
         "queue": pool.queue,
         "account": pool.account,
         "walltime": pool.walltime,
         "job_extra_directives": list(pool.job_extra_directives),
-        "job_script_prologue": [f"export {name}={pool.cores}" for name in THREAD_VARIABLES]
+        "job_script_prologue": [f"export {name}={threads}" for name in THREAD_VARIABLES]
         + list(pool.job_script_prologue),  # the pool's own lines last: they may override
         "worker_extra_args": ["--resources", resources],
         "python": slurm.python or sys.executable,
@@ -131,20 +140,53 @@ def start_slurm(cfg: ClusterConfig) -> SLURMCluster:
         options = {
             **job_options(slurm, name), "config_name": "slurm", "protocol": None, "security": None
         }
+        spec: dict[str, Any] = {"cls": jobqueue.SLURMJob, "options": options}
+        if options["processes"] > 1:  # the job's workers are named <job>-0, <job>-1, ...
+            spec["group"] = [f"-{k}" for k in range(options["processes"])]
         for i in range(getattr(slurm, name).jobs):
-            cluster.worker_spec[f"{name}-{i}"] = {"cls": jobqueue.SLURMJob, "options": options}
+            cluster.worker_spec[f"{name}-{i}"] = dict(spec)
     cluster.scale(jobs=len(cluster.worker_spec))
     if slurm.replace_lost_jobs:
         _keep_jobs_submitted(cluster, interval_s=parse_timedelta(slurm.lost_job_timeout))
     return cluster
 
 
+def lost_jobs(groups: dict[str, list[str]], connected: set[str],
+              misses: dict[str, int]) -> list[str]:
+    """Jobs of several workers (job name -> its workers' name suffixes) that lost them all: of
+    the jobs whose workers connected once, those none of whose workers is `connected` at this
+    call nor at the one before. `misses` (job -> calls since one was last connected) is this
+    function's memory between calls, updated here."""
+    lost = []
+    for job, suffixes in groups.items():
+        if any(job + suffix in connected for suffix in suffixes):
+            misses[job] = 0
+        elif job in misses:
+            misses[job] += 1
+            if misses[job] >= 2:
+                lost.append(job)
+                del misses[job]
+    return lost
+
+
 def _keep_jobs_submitted(cluster: SLURMCluster, interval_s: float) -> None:
-    """Every `interval_s`, resubmit the jobs of workers the cluster lost (closed with it)."""
+    """Every `interval_s`, forget the jobs of several workers that lost them all (`lost_jobs`;
+    SpecCluster forgets one-worker jobs itself) and resubmit every forgotten job (closed with
+    the cluster)."""
+    misses: dict[str, int] = {}
+    closing: set[asyncio.Task] = set()
 
     def resubmit() -> None:
-        if cluster.status == Status.running:
-            cluster.scale(jobs=len(cluster.worker_spec))
+        if cluster.status != Status.running:
+            return
+        groups = {name: cluster.worker_spec[name]["group"] for name in cluster.workers
+                  if "group" in cluster.worker_spec.get(name, {})}
+        connected = {w["name"] for w in cluster.scheduler_info.get("workers", {}).values()}
+        for job in lost_jobs(groups, connected, misses):
+            task = asyncio.ensure_future(cluster.workers.pop(job).close())  # scancel, if any
+            closing.add(task)
+            task.add_done_callback(closing.discard)
+        cluster.scale(jobs=len(cluster.worker_spec))
 
     callback = PeriodicCallback(resubmit, interval_s * 1000)
     cluster.periodic_callbacks["sweep-replace-lost-jobs"] = callback

@@ -28,11 +28,11 @@ available to this project): it is issue 10's estimate, to be replaced by what
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 from sweep.clusters.config import ClusterConfig
-from sweep.clusters.local import cuda_devices, local_pools
+from sweep.clusters.local import cuda_devices
+from sweep.clusters.shapes import pool_shapes
 from sweep.driver.plan import ModelPlan, SweepPlan
 
 
@@ -141,23 +141,20 @@ class Pools:
 
 def cluster_pools(cfg: ClusterConfig, cpu_count: int | None = None,
                   devices: list[int] | None = None) -> Pools | None:
-    """The pool sizes `cfg` starts; None for `address` (an existing cluster: sizes unknown)."""
+    """The pool sizes `cfg` starts (`sweep.clusters.shapes`); None for `address` (an existing
+    cluster: sizes unknown). Test cores are the threads of the workers carrying CPU."""
+    shapes = pool_shapes(cfg, cpu_count, devices)
+    if shapes is None:
+        return None
+    cores = sum(s.workers * s.threads for s in shapes.values() if s.resources.get("CPU"))
+    slots = sum(s.workers for s in shapes.values() if s.resources.get("GPU"))
     if cfg.kind == "local":
-        count = cpu_count if cpu_count is not None else os.cpu_count() or 1
-        found = devices if devices is not None else cuda_devices(cfg.local.gpus)
-        pools = local_pools(cfg.local, count, found).values()
-        cores = sum(p.workers * p.threads for p in pools if p.resources.get("CPU"))
-        slots = sum(p.workers for p in pools if p.resources.get("GPU"))
-        return Pools(gpus=len(found), cpu_cores=cores, extract_slots=slots)
-    if cfg.kind == "slurm" and cfg.slurm is not None:
-        gpu, cpu = cfg.slurm.gpu, cfg.slurm.cpu
-        return Pools(gpus=gpu.jobs, cpu_cores=cpu.jobs * cpu.cores, extract_slots=gpu.jobs)
-    if cfg.kind == "kubernetes" and cfg.kubernetes is not None:
-        gpu, cpu = cfg.kubernetes.gpu, cfg.kubernetes.cpu
-        cores = cpu.workers * max(1, int(float(cpu.cpu)))
-        return Pools(gpus=gpu.workers * max(gpu.gpus, 1), cpu_cores=cores,
-                     extract_slots=gpu.workers)
-    return None
+        gpus = len(devices if devices is not None else cuda_devices(cfg.local.gpus))
+    elif cfg.kind == "kubernetes" and cfg.kubernetes is not None:
+        gpus = cfg.kubernetes.gpu.workers * max(cfg.kubernetes.gpu.gpus, 1)
+    else:
+        gpus = shapes["gpu"].workers
+    return Pools(gpus=gpus, cpu_cores=cores, extract_slots=slots)
 
 
 def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
