@@ -16,6 +16,7 @@ from sweep.driver.balance import (
     Pools,
     balance_lines,
     cluster_pools,
+    cores_per_gpu,
     extract_seconds,
     stage_cpu_seconds,
 )
@@ -145,3 +146,18 @@ def test_sweep_plan_with_a_cluster_prints_the_balance(tmp_path, capsys, monkeypa
     assert "balance (predicted from measured constants" in out
     cells = next(line for line in out.splitlines() if line.startswith("vit-b ")).split()
     assert cells[4] != "?" and float(cells[5]) > 0
+
+
+def test_cores_per_gpu_is_test_over_extraction_and_names_its_estimates():
+    vit, dino = plan_of().models
+    per = cores_per_gpu(vit)
+    assert per.cores == pytest.approx(stage_cpu_seconds(vit) / extract_seconds(vit, gpu=True))
+    assert per.estimates == ("GPU_LAYER_TOKEN_S",)
+    assert per.line().startswith(f"vit-b: {per.cores:.1f} CPU cores per GPU (")
+    assert "estimated: GPU_LAYER_TOKEN_S" in per.line() and "\n" not in per.line()
+    assert cores_per_gpu(dino).cores > per.cores  # T^3 tests against T extraction
+    lines = balance_lines(plan_of(), Pools(gpus=2, cpu_cores=64, extract_slots=2))
+    assert any(line.startswith("CPU cores per GPU: test CPU-s per input / extraction GPU-s")
+               and line.endswith("estimated constants: GPU_LAYER_TOKEN_S") for line in lines)
+    assert "GPU_LAYER_TOKEN_S = 4.2e-07 GPU-s per (layer x token) of extraction on one CUDA " \
+           "GPU (ESTIMATE)" in "\n".join(lines)

@@ -20,7 +20,7 @@ from distributed import as_completed, get_worker
 
 from storage.errors import InputError
 from storage.layout import BOOKKEEPING_DIR
-from sweep.clusters.client import ClusterConfig, open_client
+from sweep.clusters.client import ClusterConfig, load_cluster_config, open_client
 from sweep.config.load import load_config
 from sweep.driver.graph import DaskExecutor
 from sweep.driver.runner import InProcessExecutor, run_sweep
@@ -202,6 +202,75 @@ def test_a_sweep_through_slurm_survives_preemptions_with_identical_results(tmp_p
     assert [p.cancelled is not None for p in preempt] == [True, True]
     assert 0 < preempt[0].done_at_cancel < n_extract, "the GPU job was not cancelled mid-sweep"
     assert 0 < preempt[1].done_at_cancel < n_test, "the CPU job was not cancelled mid-sweep"
+    expected, got = stored_arrays(reference.store), stored_arrays(config.store)
+    assert sorted(got) == sorted(expected)
+    for key in expected:
+        np.testing.assert_array_equal(got[key], expected[key], err_msg=key, strict=True)
+
+
+def ci_config(tmp_path: Path) -> ClusterConfig:
+    """.ci/cluster-slurm.yaml (one 2-core CPU job carrying both labels), its workers on this
+    tree and this venv, its logs and scratch under tmp_path."""
+    raw = load_cluster_config(REPO / ".ci" / "cluster-slurm.yaml").model_dump()
+    raw["dashboard_address"] = ":0"
+    raw["slurm"].update(python=sys.executable, local_directory=str(tmp_path / "scratch"),
+                        log_directory=str(tmp_path / "logs"), lost_job_timeout="2s",
+                        death_timeout=30)
+    raw["slurm"]["cpu"]["job_script_prologue"] = [f"export PYTHONPATH={REPO}"]
+    return ClusterConfig.model_validate(raw)
+
+
+def whoami(i: int) -> dict:
+    """What a task sees of the worker process it runs in."""
+    import numba
+
+    worker = get_worker()
+    return {"i": i, "name": worker.name, "pid": os.getpid(), "job": os.environ["SLURM_JOB_ID"],
+            "nthreads": worker.state.nthreads, "numba": numba.get_num_threads(),
+            "omp": os.environ.get("OMP_NUM_THREADS")}
+
+
+@needs_slurm
+def test_a_two_core_cpu_job_runs_two_single_threaded_workers_and_is_replaced_when_lost(
+        tmp_path):
+    assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
+    with open_client(ci_config(tmp_path), out=io.StringIO()) as client:
+        client.wait_for_workers(2, timeout=120)
+        info = client.scheduler_info()["workers"].values()
+        assert sorted(w["name"] for w in info) == ["cpu-0-0", "cpu-0-1"]
+        assert all(w["nthreads"] == 1 and w["resources"] == {"GPU": 1.0, "CPU": 1.0}
+                   for w in info)
+        seen = client.gather(client.map(whoami, range(8), resources={"CPU": 1}, key="who"))
+        assert {s["name"] for s in seen} == {"cpu-0-0", "cpu-0-1"}
+        assert len({s["pid"] for s in seen}) == 2 and len({s["job"] for s in seen}) == 1
+        assert {(s["nthreads"], s["numba"], s["omp"]) for s in seen} == {(1, 1, "1")}
+
+        (job,) = our_jobs(("cpu",))
+        subprocess.run(["scancel", job], check=True)  # pre-empt the job: both workers go
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                our_jobs(("cpu",), "R") and our_jobs(("cpu",), "R") != [job]
+                and len(client.scheduler_info()["workers"]) == 2):
+            time.sleep(0.5)
+        after = client.gather(client.map(whoami, range(8), resources={"CPU": 1}, key="after"))
+    assert {s["name"] for s in after} == {"cpu-0-0", "cpu-0-1"}
+    assert {s["job"] for s in after} != {job} and len({s["job"] for s in after}) == 1
+    deadline = time.monotonic() + 30
+    while our_jobs() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert our_jobs() == [], "closing the client left worker jobs in the queue"
+
+
+@needs_slurm
+def test_a_sweep_on_the_two_core_job_stores_what_one_core_in_process_stores(tmp_path):
+    assert our_jobs() == [], "sweep-* jobs left over from an earlier run: scancel them"
+    reference = sweep_config(tmp_path / "in-process")
+    assert run_sweep(reference, InProcessExecutor(), progress=False).exit_code == 0
+    config = sweep_config(tmp_path / "slurm")
+    with open_client(ci_config(tmp_path), out=io.StringIO()) as client:
+        client.wait_for_workers(2, timeout=120)
+        summary = run_sweep(config, DaskExecutor(client), progress=False)
+    assert summary.exit_code == 0 and not summary.failed and not summary.blocked
     expected, got = stored_arrays(reference.store), stored_arrays(config.store)
     assert sorted(got) == sorted(expected)
     for key in expected:

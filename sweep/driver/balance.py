@@ -38,11 +38,13 @@ from sweep.driver.plan import ModelPlan, SweepPlan
 
 @dataclass(frozen=True)
 class Constant:
-    """A measured cost constant: its value in seconds per unit and where it comes from."""
+    """A cost constant: its value in seconds per unit and where it comes from; `estimate` when
+    it was not measured on the hardware it stands for."""
 
     seconds: float
     unit: str
     measured: str
+    estimate: bool = False
 
 
 CONSTANTS: dict[str, Constant] = {
@@ -98,6 +100,7 @@ CONSTANTS: dict[str, Constant] = {
         4.2e-7, "GPU-s per (layer x token) of extraction on one CUDA GPU",
         "NOT measured: issue 10's estimate (~1000 ViT-B/16 inputs/s per GPU = 1 ms / (12 x "
         "197)); replace with benchmarks/gpu_check.sh's throughput",
+        estimate=True,
     ),
 }
 
@@ -157,9 +160,40 @@ def cluster_pools(cfg: ClusterConfig, cpu_count: int | None = None,
     return Pools(gpus=gpus, cpu_cores=cores, extract_slots=slots)
 
 
+@dataclass(frozen=True)
+class CoresPerGpu:
+    """How many CPU cores of the test pool keep one GPU busy with one model's inputs."""
+
+    model: str
+    cores: float  # test CPU-s per input / extraction GPU-s per input
+    test_s: float  # CPU-s of the test stage per input
+    extract_s: float  # GPU-s of extraction per input
+    estimates: tuple[str, ...]  # the CONSTANTS it rests on that are estimates
+
+    def line(self) -> str:
+        """'vit-b: 19.6 CPU cores per GPU (...)'; one line."""
+        rests = f"; estimated: {', '.join(self.estimates)}" if self.estimates else ""
+        return (f"{self.model}: {self.cores:.1f} CPU cores per GPU ({self.test_s:.3g} CPU-s of "
+                f"test / {self.extract_s:.3g} GPU-s of extraction per input{rests})")
+
+
+CORES_PER_GPU_MEANING = (
+    "CPU cores per GPU: test CPU-s per input / extraction GPU-s per input, the single-threaded "
+    "test workers that keep one GPU busy; fewer leave it waiting, more wait for it")
+
+
+def cores_per_gpu(model: ModelPlan) -> CoresPerGpu:
+    """The test pool's cores that keep pace with one GPU extracting `model` (from CONSTANTS)."""
+    extract, test = extract_seconds(model, gpu=True), stage_cpu_seconds(model)
+    estimates = tuple(name for name in ("GPU_LAYER_TOKEN_S",) if CONSTANTS[name].estimate)
+    return CoresPerGpu(model=model.name, cores=test / extract, test_s=test, extract_s=extract,
+                       estimates=estimates)
+
+
 def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
-    """Per model: predicted GPU- and CPU-seconds per input, CPU workers per GPU that keep pace,
-    and per-stage seconds on `pools` (when known). Every number is from CONSTANTS."""
+    """Per model: predicted GPU- and CPU-seconds per input, CPU cores per GPU that keep pace
+    (`cores_per_gpu`), and per-stage seconds on `pools` (when known). Every number is from
+    CONSTANTS; the estimated ones are marked."""
     gpu = pools is None or pools.gpus > 0
     lines = ["balance (predicted from measured constants: sweep/driver/balance.py CONSTANTS):"]
     unit = "GPU-s" if gpu else "CPU-s (no GPU)"
@@ -167,7 +201,7 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
                  f"{'CPU cores per GPU':>17} {'extract s':>10} {'test s':>10}")
     for model in plan.models:
         extract, test = extract_seconds(model, gpu), stage_cpu_seconds(model)
-        per_gpu = f"{test / extract:.1f}" if gpu else "-"
+        per_gpu = f"{cores_per_gpu(model).cores:.1f}" if gpu else "-"
         if pools is None:
             stage_extract = stage_test = "?"
         else:
@@ -175,6 +209,8 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
             stage_test = f"{model.n_inputs * test / max(pools.cpu_cores, 1):.3g}"
         lines.append(f"{model.name:<20} {extract:>26.3g} {test:>17.3g} {per_gpu:>17} "
                      f"{stage_extract:>10} {stage_test:>10}")
+    estimated = [name for name, c in CONSTANTS.items() if c.estimate]
+    lines.append(f"{CORES_PER_GPU_MEANING}; estimated constants: {', '.join(estimated)}")
     if pools is None:
         lines.append("per-stage seconds: unknown for an existing cluster (kind: address)")
     else:
@@ -183,7 +219,7 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
             f"({pools.gpus} GPU(s)), {pools.cpu_cores} CPU core(s) for tests; stages overlap, "
             f"so the sweep takes about the larger of the two"
         )
-    lines.append("constants (value, unit, where measured):")
-    lines += [f"  {name} = {c.seconds:.2g} {c.unit}\n      [{c.measured}]"
-              for name, c in CONSTANTS.items()]
+    lines.append("constants (value, unit, where measured; ESTIMATE: not measured yet):")
+    lines += [f"  {name} = {c.seconds:.2g} {c.unit}{' (ESTIMATE)' if c.estimate else ''}\n"
+              f"      [{c.measured}]" for name, c in CONSTANTS.items()]
     return lines

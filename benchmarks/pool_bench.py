@@ -1,0 +1,119 @@
+"""Test-stage throughput of a CPU pool of C = 1 and C = 2 cores, in one run: C threads of one
+worker process (the SLURM and Kubernetes CPU pools before issue 32: one worker of `cores`
+threads, thread variables = cores) against C single-threaded worker processes (the pools as
+shipped: `sweep.clusters.shapes`), and each worker process's memory after its tasks.
+
+    PYTHONPATH=. python benchmarks/pool_bench.py [--t 197] [--shards 8] [--rounds 3]
+
+A store in a temporary folder holds `--shards` shards of the attention-like inputs of
+`benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a
+real `distributed` SpecCluster of Nanny workers built by `sweep.clusters.local.worker_specs`
+(the thread variables set to each worker's threads). All pools start first; then, round by
+round and pool after pool, each runs every shard's `run_test` (read, restriction, check, radius,
+rollout, results, marker). The first round warms up (numba's cache, scratch buffers) and is
+not counted; reported: inputs per second (best round), the ratio to C = 1, and the largest
+resident set (RSS) of a worker process after its last task.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import tempfile
+import time
+from pathlib import Path
+
+from distributed import Client, Scheduler, SpecCluster
+from stage_vs_tree import TOKEN_SETS, shard
+
+from storage.location import StoreRef
+from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
+from sweep.clusters.config import LocalPool
+from sweep.clusters.local import worker_specs
+from workers.task_specs import TestTask
+
+POOLS = {  # name: (worker processes, threads per process)
+    "C=1 (1 process x 1 thread)": (1, 1),
+    "C=2, before (1 process x 2 threads)": (1, 2),
+    "C=2, shipped (2 processes x 1 thread)": (2, 1),
+}
+
+
+def write_store(folder: Path, t: int, shards: int) -> list[TestTask]:
+    """A store of `shards` copies of `shard(t)` as model `m`; one TestTask per shard."""
+    attention, n_tokens, kinds = shard(t)
+    per = attention.shape[0]
+    store = StoreRef.of(str(folder / "bench.zarr"))
+    root = create_root(store)
+    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(per * shards)],
+                 n_layers=attention.shape[1], t_max=t, shard_size=per, token_sets=TOKEN_SETS,
+                 attrs={}, fingerprint_inputs={})
+    root.attrs["models"] = ["m"]
+    group = open_model(store, "m", mode="r+")
+    tasks = []
+    for s in range(shards):
+        write_attention(group, s * per, attention)
+        write_tokens(group, s * per, n_tokens, kinds)
+        tasks.append(TestTask(key=f"test-m-{s:05d}", store=store, model="m", shard=s,
+                              start=s * per, stop=(s + 1) * per, token_sets=TOKEN_SETS,
+                              tol=1e-12))
+    return tasks
+
+
+def start_pool(processes: int, threads: int) -> SpecCluster:
+    pool = LocalPool(workers=processes, threads=threads, resources={"CPU": float(threads)})
+    return SpecCluster(
+        workers=worker_specs({"cpu": pool}, "auto", processes=True),
+        scheduler={"cls": Scheduler, "options": {"host": "127.0.0.1", "dashboard_address": None}},
+        silence_logs=logging.WARNING,
+    )
+
+
+def rss_bytes() -> int:
+    """This process's resident set, from /proc (Linux)."""
+    with open("/proc/self/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--t", type=int, default=197, help="tokens per input")
+    parser.add_argument("--shards", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
+    args = parser.parse_args()
+    from workers.tasks import run_test
+
+    with tempfile.TemporaryDirectory() as folder:
+        tasks = write_store(Path(folder), args.t, args.shards)
+        inputs = sum(task.stop - task.start for task in tasks)
+        clusters = {name: start_pool(*shape) for name, shape in POOLS.items()}
+        clients = {name: Client(cluster) for name, cluster in clusters.items()}
+        best = dict.fromkeys(POOLS, 0.0)
+        try:
+            for rnd in range(args.rounds + 1):
+                for name, client in clients.items():
+                    start = time.perf_counter()
+                    futures = [client.submit(run_test, task, key=f"{task.key}-{rnd}",
+                                             resources={"CPU": 1}) for task in tasks]
+                    client.gather(futures)
+                    rate = inputs / (time.perf_counter() - start)
+                    if rnd:
+                        best[name] = max(best[name], rate)
+            rss = {name: max(client.run(rss_bytes).values()) for name, client in clients.items()}
+        finally:
+            for client in clients.values():
+                client.close()
+            for cluster in clusters.values():
+                cluster.close()
+    load = os.getloadavg()[0]
+    print(f"T = {args.t}, 12 layers, {inputs} inputs per round, best of {args.rounds} rounds; "
+          f"{os.cpu_count()} cores, load average {load:.1f} at the end")
+    one = best[next(iter(POOLS))]
+    for name in POOLS:
+        print(f"  {name:<40} {best[name]:7.1f} inputs/s  {best[name] / one:5.2f}x C=1  "
+              f"worker RSS {rss[name] / 2**20:6.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
