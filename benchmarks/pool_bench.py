@@ -9,10 +9,11 @@ A store in a temporary folder holds `--shards` shards of the attention-like inpu
 `benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a
 real `distributed` SpecCluster of Nanny workers built by `sweep.clusters.local.worker_specs`
 (the thread variables set to each worker's threads). All pools start first; then, round by
-round and pool after pool, each runs every shard's `run_test` (read, restriction, check, radius,
-rollout, results, marker). The first round warms up (numba's cache, scratch buffers) and is
+round and pool after pool, each runs every shard's test task as a sweep submits it
+(`sweep.driver.graph._run`: read, restriction, check, radius, rollout, results, marker). The first round warms up (numba's cache, scratch buffers) and is
 not counted; reported: inputs per second (best round), the ratio to C = 1, and the largest
-resident set (RSS) of a worker process after its last task.
+resident set (RSS) of a worker process once it imported what a test task imports, and after its
+last task.
 """
 
 from __future__ import annotations
@@ -70,19 +71,24 @@ def start_pool(processes: int, threads: int) -> SpecCluster:
     )
 
 
-def rss_bytes() -> int:
-    """This process's resident set, from /proc (Linux)."""
+def rss_bytes(imported: bool = False) -> int:
+    """This process's resident set, from /proc (Linux); `imported`: after importing what a
+    test task imports (`workers.tasks`: numpy, numba, zarr, torch)."""
+    if imported:
+        import workers.tasks  # noqa: F401
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def main() -> None:
+    """Parse the options, run the pools, print one line per pool."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--t", type=int, default=197, help="tokens per input")
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
     args = parser.parse_args()
-    from workers.tasks import run_test
+    from sweep.driver.graph import _run  # what a sweep submits: run_task, numba on the
+    # worker's threads
 
     with tempfile.TemporaryDirectory() as folder:
         tasks = write_store(Path(folder), args.t, args.shards)
@@ -90,11 +96,13 @@ def main() -> None:
         clusters = {name: start_pool(*shape) for name, shape in POOLS.items()}
         clients = {name: Client(cluster) for name, cluster in clusters.items()}
         best = dict.fromkeys(POOLS, 0.0)
+        idle = {name: max(client.run(rss_bytes, True).values())
+                for name, client in clients.items()}
         try:
             for rnd in range(args.rounds + 1):
                 for name, client in clients.items():
                     start = time.perf_counter()
-                    futures = [client.submit(run_test, task, key=f"{task.key}-{rnd}",
+                    futures = [client.submit(_run, task, key=f"{task.key}-{rnd}",
                                              resources={"CPU": 1}) for task in tasks]
                     client.gather(futures)
                     rate = inputs / (time.perf_counter() - start)
@@ -112,7 +120,8 @@ def main() -> None:
     one = best[next(iter(POOLS))]
     for name in POOLS:
         print(f"  {name:<40} {best[name]:7.1f} inputs/s  {best[name] / one:5.2f}x C=1  "
-              f"worker RSS {rss[name] / 2**20:6.0f} MiB")
+              f"worker RSS {idle[name] / 2**20:4.0f} MiB imported, {rss[name] / 2**20:4.0f} "
+              f"MiB after its tasks")
 
 
 if __name__ == "__main__":

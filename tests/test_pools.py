@@ -118,3 +118,26 @@ def test_an_unreachable_address_is_a_one_line_input_error():
     with pytest.raises(InputError, match=r"cannot reach the scheduler at tcp://127\.0\.0\.1:9"):
         with open_client(cfg, out=io.StringIO()):
             pass
+
+
+def numba_threads_seen(threads: int) -> tuple[int, int]:
+    import numba
+
+    from workers.tasks import numba_threads
+
+    with numba_threads(threads):
+        inside = numba.get_num_threads()
+    return inside, numba.get_num_threads()
+
+
+def test_a_worker_process_runs_numba_on_its_own_threads_whatever_was_imported_first():
+    """The driver's process imports numba before the Nanny's NUMBA_NUM_THREADS=1 applies
+    (spawn re-imports the main module); the task's numba_threads still gives one thread."""
+    import numba
+
+    before = numba.get_num_threads()
+    with open_client(pools_config(), out=io.StringIO()) as client:
+        client.wait_for_workers(2)
+        inside, after = client.submit(numba_threads_seen, 1, resources={"CPU": 1}).result()
+    assert inside == 1 and after >= 1
+    assert numba_threads_seen(1) == (1, before)  # restored in the calling thread

@@ -7,11 +7,13 @@ specs' JSON), so a worker loads each model once and no task closes over weights.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
+import numba
 import numpy as np
 import zarr
 
@@ -328,6 +330,20 @@ def run_null(task: NullTask) -> int:
     mark_done(task.store, task.scope, task.marker,
               checksums(task.store, files, written_by(group)))
     return sum(trials for trials, _, _ in counts)
+
+
+@contextlib.contextmanager
+def numba_threads(threads: int) -> Iterator[None]:
+    """numba's parallel kernels on at most `threads` threads in this thread until the context
+    exits (numba's count is per thread). A worker process calls its tasks in it with the cores
+    it was given: the NUMBA_NUM_THREADS its Nanny sets comes too late where numba was imported
+    before (a spawned worker re-imports the driver's main module, which may import numba)."""
+    saved = numba.get_num_threads()
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
+    try:
+        yield
+    finally:
+        numba.set_num_threads(saved)
 
 
 def run_task(task: PrepareTask | ExtractTask | TestTask | BaselineTask | NullTask) -> int:

@@ -18,19 +18,21 @@ import contextlib
 import sys
 from collections import deque
 
-from distributed import Client, Future, as_completed
+from distributed import Client, Future, as_completed, get_worker
 from tqdm import tqdm
 
 from sweep.driver.plan import ExtractTask, SweepPlan, Task, test_key
 from sweep.driver.runner import failure_text
 from sweep.terminal.interrupts import raise_if_interrupted
 from sweep.terminal.quiet_logs import QuietTaskFailures, drop_compute_failed, quiet_shutdown
-from workers.tasks import run_task
+from workers.tasks import numba_threads, run_task
 
 
 def _run(task: Task, *after: object) -> int:
-    """Worker side: run the task (`after` are the results it waited for, unused)."""
-    return run_task(task)
+    """Worker side: run the task with numba on the worker's threads (`after` are the results it
+    waited for, unused)."""
+    with numba_threads(get_worker().state.nthreads):
+        return run_task(task)
 
 
 PRIORITY = {"test": 1}  # tests of extracted shards before new extractions (default 0)
