@@ -6,14 +6,14 @@ shipped: `sweep.clusters.shapes`), and each worker process's memory after its ta
     PYTHONPATH=. python benchmarks/pool_bench.py [--t 197] [--shards 8] [--rounds 3]
 
 A store in a temporary folder holds `--shards` shards of the attention-like inputs of
-`benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a
-real `distributed` SpecCluster of Nanny workers built by `sweep.clusters.local.worker_specs`
-(the thread variables set to each worker's threads). All pools start first; then, round by
-round and pool after pool, each runs every shard's test task as a sweep submits it
-(`sweep.driver.graph._run`: read, restriction, check, radius, rollout, results, marker). The first round warms up (numba's cache, scratch buffers) and is
-not counted; reported: inputs per second (best round), the ratio to C = 1, and the largest
-resident set (RSS) of a worker process once it imported what a test task imports, and after its
-last task.
+`benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a real
+`distributed` SpecCluster of Nanny workers built by `sweep.clusters.local.worker_specs` (the thread
+variables set to each worker's threads). All pools start first; then, round by round and pool after
+pool, each runs every shard's test task as a sweep submits it (`sweep.driver.graph._run`: read,
+restriction, check, radius, rollout, results, marker). The first round warms up (numba's cache,
+scratch buffers) and is not counted; reported: inputs per second (best round), the ratio to C = 1,
+and the largest resident set (RSS) of a worker process once it imported what a test task imports,
+and after its last task.
 """
 
 from __future__ import annotations
