@@ -101,6 +101,14 @@ MODEL_VARS: dict[str, Var] = {
     ),
 }
 
+DEVICE_ROLLOUT = "device_rollout_kappa"
+"""The model group's array (input, layer, head, token_set) float64 of the rollout's kappa that the
+extraction computed on its device (`rollout_device: extraction` only; NaN where not computed);
+the test task copies it into results/rollout_kappa."""
+DEVICE_ROLLOUT_VAR = Var(("input", "layer", "head", "token_set"), "float64", np.nan,
+                         "kappa of the rollout computed on the extraction device "
+                         "(workers.exact.device_rollout)")
+
 MEAN_HEAD = "mean"  # the label of the one head of a head-averaged model
 RESULT_DIMS = ("input", "layer", "head", "token_set")
 LEGACY_RESULT_DIMS = ("input", "layer", "token_set")  # model groups from before the head dim

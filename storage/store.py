@@ -34,6 +34,8 @@ from storage.layout import (
     BASELINE_GROUP,
     BASELINE_VARS,
     BOOKKEEPING_DIR,
+    DEVICE_ROLLOUT,
+    DEVICE_ROLLOUT_VAR,
     FORMAT,
     LEGACY_ATTENTION_DIMS,
     LEGACY_RESULT_DIMS,
@@ -160,10 +162,11 @@ def _reset_if_unfinished(root: zarr.Group, name: str) -> bool:
 def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_layers: int,
                  t_max: int, shard_size: int, token_sets: Sequence[str], attrs: Mapping[str, Any],
                  fingerprint_inputs: dict[str, Any],
-                 heads: Sequence[str] = (MEAN_HEAD,)) -> bool:
+                 heads: Sequence[str] = (MEAN_HEAD,), device_rollout: bool = False) -> bool:
     """Create model group `name` with every array, or check the existing one's fingerprint.
 
     `heads`: the `head` coordinate (`storage.layout.head_labels`), one map per layer and label.
+    `device_rollout`: also the DEVICE_ROLLOUT array (`rollout_device: extraction`).
     Returns True if the group was created now. Raises StoreMismatchError naming what changed.
     """
     if _reset_if_unfinished(root, name):
@@ -187,6 +190,9 @@ def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_lay
     results = group.create_group(RESULTS_GROUP)
     for var_name, var in RESULT_VARS.items():
         _create(results, var_name, var, (n, n_layers, h, s), (shard_size, n_layers, h, s))
+    if device_rollout:
+        _create(group, DEVICE_ROLLOUT, DEVICE_ROLLOUT_VAR, (n, n_layers, h, s),
+                (shard_size, n_layers, h, s))
     group.attrs.update({
         **attrs,
         "n_layers": n_layers, "n_heads": h, "t_max": t_max, "token_sets": list(token_sets),
@@ -323,6 +329,14 @@ def write_tokens(group: zarr.Group, start: int, n_tokens: np.ndarray,
     _shard_bounds(group, start, stop)
     group["n_tokens"][start:stop] = n_tokens
     group["token_kind"][start:stop] = token_kind
+
+
+def write_device_rollout(group: zarr.Group, start: int, kappa: np.ndarray) -> None:
+    """Write one whole shard's rollout kappa (n, layer, head, token_set) computed on the
+    extraction device into the DEVICE_ROLLOUT array."""
+    stop = start + len(kappa)
+    _shard_bounds(group, start, stop)
+    group[DEVICE_ROLLOUT][start:stop] = kappa
 
 
 def write_input_digest(group: zarr.Group, start: int, digests: Sequence[str]) -> None:

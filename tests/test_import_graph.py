@@ -33,7 +33,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.cli": ["outputs", "commands", "entry", "*"],
     "sweep.cli.commands": ["store_args", "*"],
     "workers": ["exact", "inputs nulls", "models", "task_specs", "tasks", "*"],
-    "workers.exact": ["numba_cache scratch token_kinds", "kernel",
+    "workers.exact": ["device_rollout numba_cache scratch token_kinds", "kernel",
                       "center_bound radius restrict_kernel", "pruned", "equality", "cells",
                       "readings", "*"],
     "workers.nulls": ["registry", "baseline", "matched", "*"],

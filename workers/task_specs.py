@@ -63,6 +63,8 @@ class ExtractTask(ShardTask):
     cache_dir: StoreRef
     digests: tuple[str, ...] = ()  # workers.inputs.digests of the shard's inputs, as the driver saw
     # them
+    device_rollout: str = "off"  # ROLLOUT_MODES: the rollout kappa this task computes on its
+    # device for the test task (`rollout_device: extraction`); off: none
 
     stage = "extract"
     resources = {"GPU": 1}
@@ -79,6 +81,8 @@ class TestTask(ShardTask):
     drop: tuple[int, ...] = ()  # inputs whose attention is deleted once tested (attention: policy)
     row_sum_tol: float = ROW_SUM_TOL  # how far a row may miss 1: `row_sum_tolerance` of the
     # extraction dtype
+    device_rollout: bool = False  # read the rollout kappa the extraction stored instead of
+    # computing the products (`rollout_device: extraction`)
 
     stage = "test"
     resources = {"CPU": 1}

@@ -19,24 +19,32 @@ import zarr
 
 from storage.attention import clear_dropped, drop_attention
 from storage.device_pin import pin_device
-from storage.errors import ExtractionError, InputError
+from storage.errors import ExtractionError, InputError, NotStochasticError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files, written_by
-from storage.layout import RESULT_VARS, RESULTS_GROUP, ResultStatus
+from storage.layout import DEVICE_ROLLOUT, RESULT_VARS, RESULTS_GROUP, ResultStatus
 from storage.markers import mark_done
 from storage.store import (
     StoredAttention,
     open_model,
     write_attention,
     write_baseline,
+    write_device_rollout,
     write_input_digest,
     write_matched_nulls,
     write_results,
     write_tokens,
     write_training_record,
 )
-from workers.exact.cells import fill_rollout, fill_verdicts
-from workers.exact.equality import ROLLOUT_MODES, ROW_SUM_TOL, check, restrict_layers
+from workers.exact.cells import fill_rollout, fill_verdicts, rollout_prefix
+from workers.exact.device_rollout import rollout_kappa
+from workers.exact.equality import (
+    ROLLOUT_MODES,
+    ROW_SUM_TOL,
+    check,
+    restrict_layers,
+    row_sum_tolerance,
+)
 from workers.exact.readings import READING_EVALUATORS, attaining_kinds
 from workers.exact.scratch import scratch
 from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
@@ -164,6 +172,8 @@ def run_extract(task: ExtractTask) -> int:
     n = task.stop - task.start
     n_tokens = np.zeros(n, dtype=np.int32)  # (input,)
     token_kind = np.full((n, t_max), TokenKind.PAD, dtype=np.int8)  # (input, token)
+    token_sets = tuple(group.attrs["token_sets"])
+    device_kappa = np.full((n, n_layers, n_heads, len(token_sets)), np.nan)
     for first in range(task.start, task.stop, task.batch_size):
         last = min(first + task.batch_size, task.stop)
         items = dataset.load(range(first, last))
@@ -189,8 +199,16 @@ def run_extract(task: ExtractTask) -> int:
             n_tokens[row] = tokens
             token_kind[row, :tokens] = out.token_kind
         write_attention(group, first, attention)
+        if task.device_rollout != "off":
+            rows = slice(first - task.start, last - task.start)
+            device_kappa[rows] = rollout_on_device(
+                attention, n_tokens[rows], token_kind[rows], token_sets, task.device_rollout,
+                row_sum_tolerance(task.dtype), str(extractor.device))
     write_tokens(group, task.start, n_tokens, token_kind)
     names = ("attention", "n_tokens", "token_kind")
+    if task.device_rollout != "off":
+        write_device_rollout(group, task.start, device_kappa)
+        names += (DEVICE_ROLLOUT,)
     if "input_digest" in group:
         write_input_digest(group, task.start, digests)
         names += ("input_digest",)
@@ -201,9 +219,41 @@ def run_extract(task: ExtractTask) -> int:
     return n
 
 
+def rollout_on_device(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
+                      token_sets: tuple[str, ...], rollout_mode: str, row_sum_tol: float,
+                      device: str) -> np.ndarray:
+    """The rollout kappa (input, layer, head, token_set) that `evaluate_input` would compute for
+    a batch's padded attention (input, layer, head, query, key), computed on torch `device`
+    (`workers.exact.device_rollout`) from the same restricted stacks; NaN where the test stage
+    computes none here (the readings compute their own, a set of fewer than two tokens, the
+    layers from the first one restriction fails, a stack restriction refuses: the test task
+    names it)."""
+    n, n_layers, n_heads = attention.shape[:3]
+    out = np.full((n, n_layers, n_heads, len(token_sets)), np.nan)
+    for i in range(n):
+        t = int(n_tokens[i])
+        for s, token_set in enumerate(token_sets):
+            keep = keep_mask(token_kind[i, :t], token_set)
+            if token_set in READING_EVALUATORS or keep.sum() < 2:
+                continue
+            for h in range(n_heads):
+                try:
+                    stack, _, ok = restrict_layers(attention[i, :, h, :t, :t], keep,
+                                                   row_sum_tol=row_sum_tol)
+                except (NotStochasticError, InputError):
+                    continue
+                prefix = rollout_prefix(ok)
+                if rollout_mode == "last" and prefix == n_layers:
+                    out[i, -1, h, s] = rollout_kappa(stack, device, "last")[0]
+                elif rollout_mode == "every" and prefix:
+                    out[i, :prefix, h, s] = rollout_kappa(stack[:prefix], device)
+    return out
+
+
 def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str,
                    tol: float, rollout_mode: str = "every",
-                   row_sum_tol: float = ROW_SUM_TOL) -> dict[str, np.ndarray]:
+                   row_sum_tol: float = ROW_SUM_TOL,
+                   device_kappa: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """Every result variable, per layer, for one input's (L, T, T) attention and one token set.
 
     A token set that keeps fewer than two tokens has no pair: status TOO_SMALL (none) or
@@ -212,7 +262,9 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     `rollout_mode` (one of ROLLOUT_MODES): the layers whose whole-rollout kappa and bound are
     computed (every layer up to the first failed one; the last layer only, if no layer failed;
     none); the rollout variables stay NaN elsewhere. `row_sum_tol`: how far a row may miss 1
-    (`workers.exact.equality.row_sum_tolerance` of the extraction dtype).
+    (`workers.exact.equality.row_sum_tolerance` of the extraction dtype). `device_kappa`: the
+    rollout's kappa per layer from the extraction device (`rollout_on_device`), used instead of
+    the products (restriction sets; the readings compute their own).
     """
     if rollout_mode not in ROLLOUT_MODES:
         raise InputError(f"rollout {rollout_mode!r}: choose one of {', '.join(ROLLOUT_MODES)}")
@@ -238,18 +290,21 @@ def evaluate_input(attention: np.ndarray, token_kind: np.ndarray, token_set: str
     fill_verdicts(out, result, ok, kept)
     out["attaining_kind"][ok] = attaining_kinds(stack, token_kind[kept], result.kappa,
                                                 result.attaining_special, tol)
-    fill_rollout(out, stack, result.bound, ok, rollout_mode)
+    fill_rollout(out, stack, result.bound, ok, rollout_mode, device_kappa)
     return out
 
 
 def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray,
                    token_kind: np.ndarray, token_sets: tuple[str, ...], tol: float,
                    rollout_mode: str = "every",
-                   row_sum_tol: float = ROW_SUM_TOL) -> dict[str, np.ndarray]:
-    """Result variables (input, layer, head, token_set) for a shard's padded attention
-    (input, layer, head, query, key): each head's (layer, T, T) stack is tested on its own
-    (`evaluate_input`). `attention[i]` is read once per input: a `StoredAttention` reads the
-    store one input at a time, so a test task holds one input's attention, not its shard's."""
+                   row_sum_tol: float = ROW_SUM_TOL,
+                   device_kappa: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Result variables (input, layer, head, token_set) for a shard's padded attention (input,
+    layer, head, query, key): each head's (layer, T, T) stack is tested on its own
+    (`evaluate_input`). `device_kappa`: (input, layer, head, token_set) rollout kappa from the
+    extraction device (`rollout_on_device`), instead of the CPU's products. `attention[i]` is
+    read once per input: a `StoredAttention` reads the store one input at a time, so a test
+    task holds one input's attention, not its shard's."""
     n, n_layers, n_heads = len(n_tokens), attention.shape[1], attention.shape[2]
     results = {name: np.full((n, n_layers, n_heads, len(token_sets)), var.fill, dtype=var.dtype)
                for name, var in RESULT_VARS.items()}
@@ -258,8 +313,9 @@ def evaluate_shard(attention: np.ndarray | StoredAttention, n_tokens: np.ndarray
         stack = attention[i]  # (layer, head, query, key), padded
         for h in range(n_heads):
             for s, token_set in enumerate(token_sets):
-                cells = evaluate_input(stack[:, h, :t, :t], token_kind[i, :t], token_set, tol,
-                                       rollout_mode, row_sum_tol)
+                cells = evaluate_input(
+                    stack[:, h, :t, :t], token_kind[i, :t], token_set, tol, rollout_mode,
+                    row_sum_tol, None if device_kappa is None else device_kappa[i, :, h, s])
                 for name, values in cells.items():
                     results[name][i, :, h, s] = values
     return results
@@ -280,9 +336,11 @@ def run_test(task: TestTask) -> int:
     n_tokens = group["n_tokens"][task.start:task.stop]  # (input,)
     token_kind = group["token_kind"][task.start:task.stop]  # (input, token)
     attention = shard_attention(group, task.start, task.stop)  # (input, layer, head, q, k)
+    device_kappa = group[DEVICE_ROLLOUT][task.start:task.stop] if task.device_rollout else None
     arrays = write_results(group, task.start, evaluate_shard(attention, n_tokens, token_kind,
                                                              task.token_sets, task.tol,
-                                                             task.rollout, task.row_sum_tol))
+                                                             task.rollout, task.row_sum_tol,
+                                                             device_kappa))
     files = shard_chunks(arrays, tuple(name for name in RESULT_VARS if name in arrays),
                          task.shard, task.start, task.stop)
     mark_done(task.store, task.scope, task.marker,

@@ -64,6 +64,7 @@ def check_device_name(device: str) -> str:
 Dtype = Literal["float32", "bfloat16", "float16"]
 Device = Annotated[str, AfterValidator(check_device_name)]
 Rollout = Literal["every", "last", "off"]  # workers.exact.equality.ROLLOUT_MODES (a test checks)
+RolloutDevice = Literal["test", "extraction"]
 
 
 class SampleConfig(BaseModel):
@@ -272,6 +273,11 @@ class SweepConfig(_Frozen):
     rollout's kappa(M_l ... M_1) and its product bound: `every` layer (default), the `last`
     layer only (the products still run through every layer; kappa of one product instead of
     L), or `off`; the rollout results are NaN where not computed, so a store keeps one setting.
+    `rollout_device`: where the rollout's products and their kappa run: in the CPU test task
+    (`test`, the default), or in float64 on the extraction's torch device (`extraction`: the
+    test task reads the kappa back; they differ from the CPU's by float64 rounding within
+    `workers.exact.device_rollout.kappa_bound`, docs/readings.md; the verdicts, each layer's
+    kappa and the rollout bound are the CPU's either way).
     """
 
     store: str  # a path (relative to the config file), or a URL (storage.location)
@@ -280,6 +286,7 @@ class SweepConfig(_Frozen):
     token_sets: tuple[str, ...] = DEFAULT_TOKEN_SETS
     tol: float = Field(default=DEFAULT_TOL, ge=0.0, lt=1.0, allow_inf_nan=False)
     rollout: Rollout = "every"
+    rollout_device: RolloutDevice = "test"
     attention: Attention = "keep"  # storage.attention: which inputs keep their attention
     retries: NonNegativeInt = 2
     batch_size: PositiveInt = 8

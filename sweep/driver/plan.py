@@ -91,7 +91,8 @@ class ChunkedTrials:
 
 # Fingerprint inputs left out when they hold these defaults, so stores made before the key was
 # fingerprinted keep their fingerprint; `with_defaults` shows them in refusals.
-OMITTED_DEFAULTS: dict[str, Any] = {"rollout": "every", "batch_size": 8, "device": "auto"}
+OMITTED_DEFAULTS: dict[str, Any] = {"rollout": "every", "batch_size": 8, "device": "auto",
+                                     "rollout_device": "test"}
 
 
 def device_kind(device: str) -> str:
@@ -102,11 +103,13 @@ def device_kind(device: str) -> str:
 
 def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
                   token_sets: tuple[str, ...], tol: float, dtype: str,
-                  rollout: str, batch_size: int = 8, device: str = "auto") -> dict[str, Any]:
+                  rollout: str, batch_size: int = 8, device: str = "auto",
+                  rollout_device: str = "test") -> dict[str, Any]:
     """The part of a model's fingerprint inputs that the config alone decides: the one owner of
     these keys, for the plan and for the refusals decided before the lock. The batch size and
     the device kind change a model's attention in its last float bits (padding, kernels)."""
-    optional = {"rollout": rollout, "batch_size": batch_size, "device": device_kind(device)}
+    optional = {"rollout": rollout, "batch_size": batch_size, "device": device_kind(device),
+                "rollout_device": rollout_device}
     return {
         "model": spec.to_dict(),
         "dataset": dataset.to_dict(),
@@ -130,7 +133,7 @@ def model_config_inputs(config: SweepConfig, name: str) -> dict[str, Any]:
                          config.datasets[entry.dataset].to_spec(), config.shard_size,
                          config.token_sets, config.tol, config.model_setting(name, "dtype"),
                          config.rollout, config.model_setting(name, "batch_size"),
-                         config.model_setting(name, "device"))
+                         config.model_setting(name, "device"), config.rollout_device)
 
 
 @dataclass(frozen=True)
@@ -158,6 +161,7 @@ class ModelPlan(Fingerprinted):
     attention: AttentionPolicy = AttentionPolicy()  # not a fingerprint input: results equal
     kept: frozenset[int] | None = None  # inputs whose attention stays (None: all)
     head_dim: int | None = None  # each head's query/key width: not a fingerprint input
+    rollout_device: str = "test"  # where the rollout's products run: test (CPU) or extraction
 
     @property
     def heads(self) -> list[str]:
@@ -178,7 +182,8 @@ class ModelPlan(Fingerprinted):
         (`config_inputs`, the batch size and device kind included) and what the inputs are."""
         return {
             **config_inputs(self.spec, self.dataset, self.shard_size, self.token_sets, self.tol,
-                            self.dtype, self.rollout, self.batch_size, self.device),
+                            self.dtype, self.rollout, self.batch_size, self.device,
+                            self.rollout_device),
             "input_ids_sha256": self.ids_sha256,
             "n_inputs": self.n_inputs,
             "n_layers": self.n_layers,
@@ -330,6 +335,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         work=work,
         cube_sum=facts.cube_sum,
         rollout=config.rollout,
+        rollout_device=config.rollout_device,
         n_heads=facts.n_heads,
         attention=policy,
         kept=None if policy.mode == "keep" else policy.kept(name, facts.input_ids),
@@ -345,14 +351,16 @@ def _model_tasks(config: SweepConfig, plan: ModelPlan) -> list[Task]:
                                  plan.dataset, cache))
     for shard in range(plan.n_shards):
         start, stop = plan.shard_range(shard)
+        on_device = plan.rollout_device == "extraction"
         tasks.append(ExtractTask(
             extract_key(plan.name, shard), store, plan.name, shard, start, stop, plan.spec,
             plan.dataset, plan.batch_size, plan.device, plan.dtype, cache,
+            device_rollout=plan.rollout if on_device else "off",
         ))
         tasks.append(TestTask(
             test_key(plan.name, shard), store, plan.name, shard, start, stop, plan.token_sets,
             plan.tol, plan.rollout, plan.dropped_after_test(shard),
-            row_sum_tolerance(plan.dtype),
+            row_sum_tolerance(plan.dtype), device_rollout=on_device,
         ))
     return tasks
 

@@ -157,6 +157,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                    "model_spec": model.spec.to_dict(), "dataset_spec": model.dataset.to_dict(),
                    "cube_sum": model.cube_sum},
             fingerprint_inputs=model.fingerprint_inputs(), heads=model.heads,
+            device_rollout=model.rollout_device == "extraction",
         ):
             forget_device(config.store_ref, model.name)  # a pin left by a deleted group
         if weights[model.name] and root[model.name].attrs.get(WEIGHTS_ATTR) != weights[model.name]:

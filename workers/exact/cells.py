@@ -27,15 +27,29 @@ def fill_verdicts(out: dict[str, np.ndarray], result: EqualityResult, ok: np.nda
 
 
 def fill_rollout(out: dict[str, np.ndarray], stack: np.ndarray, bounds: np.ndarray,
-                 ok: np.ndarray, rollout_mode: str) -> None:
+                 ok: np.ndarray, rollout_mode: str, kappa: np.ndarray | None = None) -> None:
     """The whole rollout of the ok layers' `stack` where `rollout_mode` asks for it: `every`
-    layer up to the first failed one, the `last` layer only if none failed, or `off`."""
-    prefix = int(np.argmin(ok)) if not ok.all() else ok.size  # stops at a failed layer
+    layer up to the first failed one, the `last` layer only if none failed, or `off`.
+    `kappa`: the rollout's kappa per layer already computed on the extraction device
+    (`workers.exact.device_rollout`, `rollout_prefix` says where), used instead of the products;
+    the bound is computed here either way."""
+    prefix = rollout_prefix(ok)
     if rollout_mode == "last" and prefix == ok.size:
-        kappa_r, bound_r = rollout(stack, bounds=bounds, validate=False, layers_out="last")
+        if kappa is None:
+            kappa_r, bound_r = rollout(stack, bounds=bounds, validate=False, layers_out="last")
+        else:
+            kappa_r, bound_r = kappa[-1:], np.cumprod(bounds)[-1:]
         out["rollout_kappa"][-1:] = kappa_r
         out["rollout_bound"][-1:] = bound_r
     elif rollout_mode == "every" and prefix:
-        kappa_r, bound_r = rollout(stack[:prefix], bounds=bounds[:prefix], validate=False)
+        if kappa is None:
+            kappa_r, bound_r = rollout(stack[:prefix], bounds=bounds[:prefix], validate=False)
+        else:
+            kappa_r, bound_r = kappa[:prefix], np.cumprod(bounds[:prefix])
         out["rollout_kappa"][:prefix] = kappa_r
         out["rollout_bound"][:prefix] = bound_r
+
+
+def rollout_prefix(ok: np.ndarray) -> int:
+    """Layers the rollout runs through: up to the first layer that failed restriction."""
+    return int(np.argmin(ok)) if not ok.all() else ok.size
