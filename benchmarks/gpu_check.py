@@ -5,7 +5,11 @@
 2. `check(device="cuda")` against the CPU kernel on the extracted stacks and on attention-like
    stacks: identical verdicts, kappa, kappa(M), margins and pairs (the float64 verification is
    shared; only the screen differs);
-3. a short sweep on the local cluster with a GPU pool (extraction on the GPU worker, tests on
+3. the rollout on the device (`rollout_device: extraction`, `workers.exact.device_rollout`)
+   against the CPU path (`workers.exact.equality.rollout`) on the extracted stacks and on
+   attention-like stacks (at T = 197 and 1370 on a GPU): every layer's rollout kappa within
+   `kappa_bound`, both timed;
+4. a short sweep on the local cluster with a GPU pool (extraction on the GPU worker, tests on
    CPU workers), its stored results equal to the test stage rerun here on its stored attention,
    with throughput.
 
@@ -31,7 +35,8 @@ from sweep.clusters.client import load_cluster_config, open_client
 from sweep.config.load import load_config
 from sweep.driver.graph import DaskExecutor
 from sweep.driver.runner import execute_plan, locked, materialise
-from workers.exact.equality import check, restrict_layers
+from workers.exact.device_rollout import kappa_bound, rollout_kappa
+from workers.exact.equality import check, restrict_layers, rollout
 from workers.exact.token_kinds import keep_mask, special_mask
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models.extraction import load_extractor
@@ -125,6 +130,47 @@ def kernels(device: str, stacks: dict, t: int, layers: int) -> None:
         f"at T={t} on {device}")
 
 
+def same_rollout(stack: np.ndarray, device: str, what: str) -> tuple[float, float, float]:
+    """rollout_kappa on `device` against the CPU path, layer by layer within kappa_bound;
+    returns (CPU seconds, device seconds, the largest difference / bound)."""
+    start = time.perf_counter()
+    cpu, _ = rollout(stack, validate=False)
+    cpu_s = time.perf_counter() - start
+    start = time.perf_counter()
+    dev = rollout_kappa(stack, device)  # its .cpu() waits for the device
+    dev_s = time.perf_counter() - start
+    n = stack.shape[-1]
+    bound = np.array([kappa_bound(layer, n) for layer in range(1, len(stack) + 1)])
+    ratio = float(np.max(np.abs(dev - cpu) / bound))
+    if not ratio <= 1.0:
+        raise CheckFailed(f"the rollout on {device} differs from the CPU path on {what} by "
+                          f"{ratio:.3g} x its bound")
+    return cpu_s, dev_s, ratio
+
+
+def rollouts(device: str, stacks: dict, sizes: list[int], layers: int) -> None:
+    """The rollout's kappa on `device` against the CPU path: extracted and attention-like stacks."""
+    worst = 0.0
+    for name, items in stacks.items():
+        for attention, kinds in items:
+            for token_set in ("all", "content"):
+                keep = keep_mask(kinds, token_set)
+                if keep.sum() >= 2:
+                    stack, _, ok = restrict_layers(attention, keep)
+                    if ok.all():
+                        worst = max(worst, same_rollout(stack, device, f"{name} {token_set}")[2])
+    rng = np.random.default_rng(1)
+    for t in sizes:
+        stack, _, _ = restrict_layers(attention_like(rng, layers, t), np.ones(t, dtype=bool))
+        rollout_kappa(stack[:2], device)  # warm-up (kernels, allocator)
+        cpu_s, dev_s, ratio = same_rollout(stack, device, f"attention-like T={t}")
+        worst = max(worst, ratio)
+        say(f"rollout on {device} at T={t}, {layers} layers: {1e3 * dev_s:.1f} ms against "
+            f"{1e3 * cpu_s:.1f} ms on the CPU path ({cpu_s / dev_s:.1f}x)")
+    say(f"rollout on {device} within kappa_bound of the CPU path on every stack (largest "
+        f"difference {worst:.2g} of the bound)")
+
+
 def write_sweep(folder: Path, device: str, n: int, models: list[str]) -> tuple[Path, Path]:
     """A sweep config (tiny models, `n` inputs each) and a local cluster with a GPU pool."""
     config = folder / "sweep.yaml"
@@ -204,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         stacks = extraction(device, models, n=2 if dry else 16)
         kernels(device, stacks, t=33 if dry else 197, layers=4 if dry else 12)
+        rollouts(device, stacks, sizes=[33] if dry else [197, 1370], layers=4 if dry else 12)
         sweep(device, n=2 if dry else 16, models=tiny[:2] if dry else tiny)
     except CheckFailed as error:
         say(f"FAILED: {error}")

@@ -16,6 +16,7 @@ def test_the_gpu_check_passes_its_cpu_dry_run(tmp_path):
                           capture_output=True, text=True, timeout=600, check=False)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out[-3000:]
-    for step in ("extract tiny-vit", "check(device='cpu') == CPU kernel", "sweep with a GPU pool",
+    for step in ("extract tiny-vit", "check(device='cpu') == CPU kernel",
+                 "rollout on cpu within kappa_bound", "sweep with a GPU pool",
                  "all checks passed"):
         assert step in out, out[-3000:]

@@ -1,0 +1,118 @@
+"""`rollout_device: extraction`: the rollout's products and their kappa computed in float64 on the
+extraction's torch device (here torch's `cpu`, the stand-in for a GPU), stored, and read back by
+the test task instead of its own products. The rollout kappa stays within the documented bound
+(`workers.exact.device_rollout.kappa_bound`) of the CPU path's, every other stored value is the
+CPU path's bit for bit, and a default config's stores and fingerprints are unchanged."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import workers.exact.cells
+from storage.layout import DEVICE_ROLLOUT
+from sweep.config.load import load_config, parse_config
+from sweep.driver.plan import ExtractTask, ModelFacts, TestTask, build_plan
+from sweep.driver.runner import InProcessExecutor, run_sweep
+from tests.store_fixtures import stored_arrays
+from tests.test_sweep_local import write_config
+from workers.exact.device_rollout import kappa_bound, rollout_kappa
+from workers.exact.equality import restrict_layers, rollout
+
+CONFIG = {
+    "store": "/tmp/never-written.zarr",
+    "shard_size": 4,
+    "datasets": {"photos": {"source": "sklearn:sample_images"}},
+    "models": {"vit": {"source": "tiny-vit", "dataset": "photos"}},
+}
+FACTS = {"vit": ModelFacts.from_counts(tuple(f"img{i}" for i in range(6)), 3, (9,) * 6)}
+
+
+def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:
+    """Softmax rows with a sink on column 0 and a heavy diagonal, float32 (as extracted)."""
+    logits = 2.0 * rng.normal(size=(layers, t, t))
+    logits[..., 0] += 4.0
+    logits[..., np.arange(t), np.arange(t)] += 2.0
+    e = np.exp(logits - logits.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("t, layers", [(2, 3), (9, 12), (65, 12), (197, 4)])
+def test_the_device_rollout_kappa_is_within_the_bound_of_the_cpu_path(t, layers):
+    rng = np.random.default_rng(t)
+    for _ in range(3):
+        stack, _, ok = restrict_layers(attention_like(rng, layers, t), np.ones(t, dtype=bool))
+        assert ok.all()
+        cpu, _ = rollout(stack, validate=False)
+        device = rollout_kappa(stack, "cpu")
+        bound = np.array([kappa_bound(layer, t) for layer in range(1, layers + 1)])
+        assert np.all(np.abs(device - cpu) <= bound), (np.abs(device - cpu) / bound).max()
+        last_cpu, _ = rollout(stack, validate=False, layers_out="last")
+        assert abs(rollout_kappa(stack, "cpu", "last")[0] - last_cpu[0]) <= bound[-1]
+
+
+def test_one_token_has_no_pair_and_kappa_zero_on_both_paths():
+    stack = np.ones((3, 1, 1))
+    assert rollout_kappa(stack, "cpu").tolist() == rollout(stack, validate=False)[0].tolist()
+
+
+def test_the_bound_grows_with_layers_and_tokens_and_stays_far_below_the_tolerance():
+    assert kappa_bound(2, 100) == pytest.approx(2 * kappa_bound(1, 100))
+    assert kappa_bound(1, 200) > kappa_bound(1, 100)
+    assert kappa_bound(12, 197) < 1e-12 and kappa_bound(24, 1370) < 1e-11
+
+
+def test_the_option_defaults_to_test_and_is_fingerprinted_only_when_set():
+    default = build_plan(parse_config(CONFIG), FACTS)
+    assert "rollout_device" not in default.models[0].fingerprint_inputs()
+    assert {t.device_rollout for t in default.tasks if isinstance(t, ExtractTask)} == {"off"}
+    assert {t.device_rollout for t in default.tasks if isinstance(t, TestTask)} == {False}
+    on = build_plan(parse_config({**CONFIG, "rollout_device": "extraction",
+                                  "rollout": "last"}), FACTS)
+    assert on.models[0].fingerprint_inputs()["rollout_device"] == "extraction"
+    assert {t.device_rollout for t in on.tasks if isinstance(t, ExtractTask)} == {"last"}
+    assert {t.device_rollout for t in on.tasks if isinstance(t, TestTask)} == {True}
+
+
+@pytest.fixture(scope="module")
+def stores(tmp_path_factory):
+    """The same small sweep (tiny DeiT, tiny RoBERTa, content and all) with the default and with
+    `rollout_device: extraction`; the second's test stage must never run the CPU products."""
+    out = {}
+    for name, extra in (("cpu", ""), ("device", "rollout_device: extraction")):
+        folder = tmp_path_factory.mktemp(name)
+        config = load_config(write_config(folder, models=("vit", "rob"), extra=extra))
+        if name == "device":
+            with pytest.MonkeyPatch.context() as patch:
+                def no_products(*_args, **_kwargs):
+                    raise AssertionError("the test stage ran the rollout's products")
+                patch.setattr(workers.exact.cells, "rollout", no_products)
+                assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
+        else:
+            assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
+        out[name] = stored_arrays(config.store)
+    return out
+
+
+def test_a_sweep_on_the_device_equals_the_cpu_sweep_but_the_rollout_kappa_within_the_bound(
+        stores):
+    cpu, device = stores["cpu"], stores["device"]
+    extra = {key for key in device if DEVICE_ROLLOUT in key}
+    assert extra and not any(DEVICE_ROLLOUT in key for key in cpu)
+    assert sorted(set(device) - extra) == sorted(cpu)
+    compared = 0
+    for key in cpu:
+        if key.endswith("results/rollout_kappa"):
+            a, b = cpu[key], device[key]
+            np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=key)
+            n_kept = cpu[key.replace("rollout_kappa", "n_kept")]  # (input, layer, head, set)
+            layer = np.arange(1, a.shape[1] + 1)[None, :, None, None]
+            bound = 2.02 * layer * n_kept * 2.0**-53 / (1 - n_kept * 2.0**-53)
+            done = ~np.isnan(a)
+            assert np.all(np.abs(a - b)[done] <= bound[done]), key
+            assert np.array_equal(device[key.replace("results/rollout_kappa", DEVICE_ROLLOUT)][
+                done], b[done])
+            compared += int(done.sum())
+        elif not key.endswith(".done") and "markers" not in key:
+            np.testing.assert_array_equal(cpu[key], device[key], err_msg=key, strict=True)
+    assert compared > 0
