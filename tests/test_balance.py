@@ -158,6 +158,18 @@ def test_cores_per_gpu_is_test_over_extraction_and_names_its_estimates():
     assert cores_per_gpu(dino).cores > per.cores  # T^3 tests against T extraction
     lines = balance_lines(plan_of(), Pools(gpus=2, cpu_cores=64, extract_slots=2))
     assert any(line.startswith("CPU cores per GPU: test CPU-s per input / extraction GPU-s")
-               and line.endswith("estimated constants: GPU_LAYER_TOKEN_S") for line in lines)
+               and line.endswith("estimated constants: GPU_LAYER_TOKEN_S, GPU_ROLLOUT_S")
+               for line in lines)
     assert "GPU_LAYER_TOKEN_S = 4.2e-07 GPU-s per (layer x token) of extraction on one CUDA " \
            "GPU (ESTIMATE)" in "\n".join(lines)
+
+
+def test_rollout_on_the_extraction_device_moves_its_cost_from_the_test_to_the_gpu():
+    test, device = plan_of().models[1], plan_of(rollout_device="extraction").models[1]
+    moved = stage_cpu_seconds(test) - stage_cpu_seconds(device)
+    assert moved > 0.3 * stage_cpu_seconds(test)  # products + kappa: a large part at T = 261
+    assert extract_seconds(device, gpu=True) > extract_seconds(test, gpu=True)
+    assert extract_seconds(device, gpu=False) - extract_seconds(test, gpu=False) == \
+        pytest.approx(moved, rel=1e-9)  # on CPU workers the same work moves stages
+    assert cores_per_gpu(device).cores < cores_per_gpu(test).cores
+    assert cores_per_gpu(device).estimates == ("GPU_LAYER_TOKEN_S", "GPU_ROLLOUT_S")

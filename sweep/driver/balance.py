@@ -19,6 +19,9 @@ Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan
 - extraction, seconds per input = layers x tokens x a per-(layer, token) constant: GPU_LAYER_TOKEN_S
   on a CUDA GPU, CPU_LAYER_TOKEN_S (CPU-seconds) where extraction runs on CPU workers. Widths
   differ between models (MiniLM 384, ViT-B 768, ViT-L 1024); the constants are ViT-B's.
+- `rollout_device: extraction` moves the rollout's two terms from the test stage to the
+  extraction: GPU_ROLLOUT_S * T^3 / 2 per product and per kappa there (on a GPU; the CPU terms
+  where extraction runs on CPU workers).
 
 The constants (CONSTANTS) were measured as stated beside each; rerun the commands named there on
 the target hardware and replace them. The GPU constant is NOT measured on a GPU yet (none was
@@ -91,6 +94,14 @@ CONSTANTS: dict[str, Constant] = {
         "ViT-B T = 197 (1.07e-10), DINOv2-L-reg 261 (6.4e-11), DINOv2-B 336 577 (2.5e-11) and "
         "DINOv2 518 1370 (1.02e-10), 0.8-4.4% of check; benchmarks/README.md, 2026-12-03",
     ),
+    "GPU_ROLLOUT_S": Constant(
+        2e-13, "GPU-s per pair-element (T^3/2) of one float64 rollout product or of its kappa "
+        "on one CUDA GPU (`rollout_device: extraction`)",
+        "NOT measured: 4 float64 flops per pair-element (the product; torch.cdist's kappa about "
+        "as many) at 20 TFLOP/s, about half an H100/H200's float64 peak; replace with "
+        "benchmarks/gpu_check.sh's 'rollout on cuda at T=1370' ms / (12 x 2 x 1370^3 / 2)",
+        estimate=True,
+    ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
         "benchmarks/README.md (extract_bench.py vit-base-16 --random-init --batch-size 8: 0.54 "
@@ -114,23 +125,42 @@ def mean_tokens_cubed(model: ModelPlan) -> float:
     return 2.0 * model.cube_sum / max(model.n_inputs, 1)
 
 
+def rollout_pair_elements(model: ModelPlan) -> tuple[float, float]:
+    """Pair-elements (T^3/2 each) per input of the rollout's products and of their kappa."""
+    if model.rollout == "off":
+        return 0.0, 0.0
+    pairs, layers = mean_tokens_cubed(model) / 2.0, model.n_layers
+    stacks = model.n_heads * len(model.token_sets)
+    kappas = layers if model.rollout == "every" else 1
+    return stacks * (layers - 1) * pairs, stacks * kappas * pairs
+
+
 def stage_cpu_seconds(model: ModelPlan) -> float:
     """Predicted CPU-seconds of the test stage per input of `model` (see the module doc)."""
     cube = mean_tokens_cubed(model)
     pairs, square, layers = cube / 2.0, cube ** (2.0 / 3.0), model.n_layers
     per_set = layers * (_c("CHECK_S") * pairs + (_c("RADIUS_S") + _c("RESTRICT_IO_S")) * square)
-    if model.rollout != "off":
-        kappas = layers if model.rollout == "every" else 1
-        per_set += (layers - 1) * _c("PRODUCTS_S") * pairs + kappas * _c("ROLLOUT_KAPPA_S") * pairs
     stacks = model.n_heads * len(model.token_sets)
-    return _c("SHARD_S") / max(model.shard_size, 1) + stacks * (_c("STACK_S") + per_set)
+    seconds = _c("SHARD_S") / max(model.shard_size, 1) + stacks * (_c("STACK_S") + per_set)
+    if model.rollout_device == "test":
+        products, kappas = rollout_pair_elements(model)
+        seconds += products * _c("PRODUCTS_S") + kappas * _c("ROLLOUT_KAPPA_S")
+    return seconds
 
 
 def extract_seconds(model: ModelPlan, gpu: bool) -> float:
-    """Predicted extraction seconds per input: GPU-seconds, or CPU-seconds without a GPU."""
+    """Predicted extraction seconds per input: GPU-seconds, or CPU-seconds without a GPU (the
+    rollout's products and kappa included with `rollout_device: extraction`)."""
     tokens = mean_tokens_cubed(model) ** (1.0 / 3.0)
     per = _c("GPU_LAYER_TOKEN_S") if gpu else _c("CPU_LAYER_TOKEN_S")
-    return per * model.n_layers * tokens
+    seconds = per * model.n_layers * tokens
+    if model.rollout_device == "extraction":
+        products, kappas = rollout_pair_elements(model)
+        if gpu:
+            seconds += (products + kappas) * _c("GPU_ROLLOUT_S")
+        else:
+            seconds += products * _c("PRODUCTS_S") + kappas * _c("ROLLOUT_KAPPA_S")
+    return seconds
 
 
 @dataclass(frozen=True)
@@ -185,7 +215,9 @@ CORES_PER_GPU_MEANING = (
 def cores_per_gpu(model: ModelPlan) -> CoresPerGpu:
     """The test pool's cores that keep pace with one GPU extracting `model` (from CONSTANTS)."""
     extract, test = extract_seconds(model, gpu=True), stage_cpu_seconds(model)
-    estimates = tuple(name for name in ("GPU_LAYER_TOKEN_S",) if CONSTANTS[name].estimate)
+    used = ("GPU_LAYER_TOKEN_S",) + (("GPU_ROLLOUT_S",) if model.rollout_device == "extraction"
+                                     else ())
+    estimates = tuple(name for name in used if CONSTANTS[name].estimate)
     return CoresPerGpu(model=model.name, cores=test / extract, test_s=test, extract_s=extract,
                        estimates=estimates)
 
