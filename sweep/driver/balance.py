@@ -241,7 +241,7 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
             stage_test = f"{model.n_inputs * test / max(pools.cpu_cores, 1):.3g}"
         lines.append(f"{model.name:<20} {extract:>26.3g} {test:>17.3g} {per_gpu:>17} "
                      f"{stage_extract:>10} {stage_test:>10}")
-    estimated = [name for name, c in CONSTANTS.items() if c.estimate]
+    estimated = dict.fromkeys(e for model in plan.models for e in cores_per_gpu(model).estimates)
     lines.append(f"{CORES_PER_GPU_MEANING}; estimated constants: {', '.join(estimated)}")
     if pools is None:
         lines.append("per-stage seconds: unknown for an existing cluster (kind: address)")
