@@ -4,6 +4,10 @@ threads, thread variables = cores) against C single-threaded worker processes (t
 shipped: `sweep.clusters.shapes`), and each worker process's memory after its tasks.
 
     PYTHONPATH=. python benchmarks/pool_bench.py [--t 197] [--shards 8] [--rounds 3]
+    PYTHONPATH=. python benchmarks/pool_bench.py --memory 197,577,1370
+
+`--memory`: instead, for each T, the peak resident set of a fresh single-threaded process that
+imports what a test task imports and then runs one test task (one shard of `shard(T)`).
 
 A store in a temporary folder holds `--shards` shards of the attention-like inputs of
 `benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a real
@@ -21,6 +25,9 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import pickle
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +37,7 @@ from stage_vs_tree import TOKEN_SETS, shard
 
 from storage.location import StoreRef
 from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
-from sweep.clusters.config import LocalPool
+from sweep.clusters.config import THREAD_VARIABLES, LocalPool
 from sweep.clusters.local import worker_specs
 from workers.task_specs import TestTask
 
@@ -80,13 +87,42 @@ def rss_bytes(imported: bool = False) -> int:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
+PROBE = """
+import pickle, resource, sys
+import workers.tasks
+task = pickle.loads(sys.stdin.buffer.read())
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+workers.tasks.run_test(task)
+print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def peak_rss(t: int) -> tuple[float, float]:
+    """Peak RSS (MiB) of a fresh one-thread process after its imports and after one test task
+    over one shard of `shard(t)` (written here, so its making does not count)."""
+    env = {**os.environ, **{name: "1" for name in THREAD_VARIABLES}}
+    with tempfile.TemporaryDirectory() as folder:
+        (task,) = write_store(Path(folder), t, 1)
+        done = subprocess.run([sys.executable, "-c", PROBE], input=pickle.dumps(task), env=env,
+                              capture_output=True, check=True)
+    before, after = (int(v) / 1024 for v in done.stdout.split())
+    return before, after
+
+
 def main() -> None:
     """Parse the options, run the pools, print one line per pool."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--t", type=int, default=197, help="tokens per input")
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
+    parser.add_argument("--memory", default=None, help="T values, e.g. 197,577,1370: peak RSS")
     args = parser.parse_args()
+    if args.memory:
+        for t in (int(v) for v in args.memory.split(",")):
+            before, after = peak_rss(t)
+            print(f"T = {t}: peak RSS {before:.0f} MiB after the imports, {after:.0f} MiB after "
+                  f"one test task ({len(shard(t)[1])} inputs, 12 layers, both token sets)")
+        return
     from sweep.driver.graph import _run  # what a sweep submits: run_task, numba on the
     # worker's threads
 
