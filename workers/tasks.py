@@ -19,7 +19,7 @@ import zarr
 
 from storage.attention import clear_dropped, drop_attention
 from storage.device_pin import pin_device
-from storage.errors import ExtractionError, InputError, NotStochasticError
+from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, chunk_files, written_by
 from storage.layout import DEVICE_ROLLOUT, RESULT_VARS, RESULTS_GROUP, ResultStatus
@@ -36,15 +36,9 @@ from storage.store import (
     write_tokens,
     write_training_record,
 )
-from workers.exact.cells import fill_rollout, fill_verdicts, rollout_prefix
-from workers.exact.device_rollout import rollout_kappa
-from workers.exact.equality import (
-    ROLLOUT_MODES,
-    ROW_SUM_TOL,
-    check,
-    restrict_layers,
-    row_sum_tolerance,
-)
+from workers.exact.cells import fill_rollout, fill_verdicts
+from workers.exact.device_rollout import restricted_rollout_kappa
+from workers.exact.equality import ROLLOUT_MODES, ROW_SUM_TOL, check, restrict_layers
 from workers.exact.readings import READING_EVALUATORS, attaining_kinds
 from workers.exact.scratch import scratch
 from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
@@ -203,7 +197,7 @@ def run_extract(task: ExtractTask) -> int:
             rows = slice(first - task.start, last - task.start)
             device_kappa[rows] = rollout_on_device(
                 attention, n_tokens[rows], token_kind[rows], token_sets, task.device_rollout,
-                row_sum_tolerance(task.dtype), str(extractor.device))
+                str(extractor.device))
     write_tokens(group, task.start, n_tokens, token_kind)
     names = ("attention", "n_tokens", "token_kind")
     if task.device_rollout != "off":
@@ -220,16 +214,16 @@ def run_extract(task: ExtractTask) -> int:
 
 
 def rollout_on_device(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
-                      token_sets: tuple[str, ...], rollout_mode: str, row_sum_tol: float,
-                      device: str) -> np.ndarray:
+                      token_sets: tuple[str, ...], rollout_mode: str, device: str) -> np.ndarray:
     """The rollout kappa (input, layer, head, token_set) that `evaluate_input` would compute for
-    a batch's padded attention (input, layer, head, query, key), computed on torch `device`
-    (`workers.exact.device_rollout`) from the same restricted stacks; NaN where the test stage
-    computes none here (the readings compute their own, a set of fewer than two tokens, the
-    layers from the first one restriction fails, a stack restriction refuses: the test task
-    names it)."""
-    n, n_layers, n_heads = attention.shape[:3]
-    out = np.full((n, n_layers, n_heads, len(token_sets)), np.nan)
+    a batch's padded attention (input, layer, head, query, key), computed with the restriction
+    on torch `device` (`workers.exact.device_rollout`); NaN where the test stage computes none
+    here (the readings compute their own, a set of fewer than two tokens, layers from the first
+    one with a kept row without mass, `off`)."""
+    n, _, n_heads = attention.shape[:3]
+    out = np.full(attention.shape[:3] + (len(token_sets),), np.nan)
+    if rollout_mode == "off":
+        return out
     for i in range(n):
         t = int(n_tokens[i])
         for s, token_set in enumerate(token_sets):
@@ -237,16 +231,8 @@ def rollout_on_device(attention: np.ndarray, n_tokens: np.ndarray, token_kind: n
             if token_set in READING_EVALUATORS or keep.sum() < 2:
                 continue
             for h in range(n_heads):
-                try:
-                    stack, _, ok = restrict_layers(attention[i, :, h, :t, :t], keep,
-                                                   row_sum_tol=row_sum_tol)
-                except (NotStochasticError, InputError):
-                    continue
-                prefix = rollout_prefix(ok)
-                if rollout_mode == "last" and prefix == n_layers:
-                    out[i, -1, h, s] = rollout_kappa(stack, device, "last")[0]
-                elif rollout_mode == "every" and prefix:
-                    out[i, :prefix, h, s] = rollout_kappa(stack[:prefix], device)
+                out[i, :, h, s] = restricted_rollout_kappa(attention[i, :, h, :t, :t], keep,
+                                                           device, rollout_mode)
     return out
 
 

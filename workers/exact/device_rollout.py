@@ -1,11 +1,12 @@
-"""The whole rollout's kappa on a torch device: R_l = M_l R_{l-1} and kappa(R_l) in float64 where
-the attention was extracted (`rollout_device: extraction`), so the CPU test task skips them.
+"""The whole rollout's kappa on a torch device: the restriction to a token set, R_l = M_l R_{l-1}
+and kappa(R_l) in float64 where the attention was extracted (`rollout_device: extraction`), so
+the CPU test task skips them and the extraction worker's CPU does not take them on.
 
-The CPU path (`workers.exact.equality.rollout`) returns the oracle's kappa of its own float64
-products; this one sums in the device's order (its matmul and torch.cdist), so the two differ by
-float64 rounding only, at most `kappa_bound(l, n)` at layer l of an n-token stack (the
-derivation: docs/readings.md, "The rollout on the extraction device"). Verdicts and each layer's
-kappa never come from here.
+The CPU path (`workers.exact.equality.restrict_layers`, then `rollout`) returns the oracle's
+kappa of its own float64 products; this one restricts, renormalises and sums in the device's
+order (its sums, matmul and torch.cdist), so the two differ by float64 rounding only, at most
+`kappa_bound(l, n)` at layer l of an n-token set (the derivation: docs/readings.md, "The rollout
+on the extraction device"). Verdicts and each layer's kappa never come from here.
 """
 
 from __future__ import annotations
@@ -23,32 +24,48 @@ def gamma(n: int) -> float:
 
 
 def kappa_bound(layer: int, n: int) -> float:
-    """How far this module's kappa(R_layer) (1-based layer) of an n-token stack may be from the
-    CPU path's: 2.02 * layer * gamma_n. Each path's products are within (layer - 1) gamma_n of
-    the exact ones in the max-row-l1 norm, each kappa evaluation within gamma_n of its matrix's
-    exact kappa, and kappa moves by at most the max-row-l1 change; 2% covers the row sums' own
-    rounding (below 1 + 1e-9 for n <= 4096 and 100 layers)."""
-    return 2.02 * layer * gamma(n)
+    """How far this module's kappa(R_layer) (1-based layer) of an n-token set may be from the
+    CPU path's: 8 * layer * gamma_{n+1}. Each path's renormalised rows are within 3 gamma_{n+1}
+    of the exact ones (so the factors M differ by at most 3 gamma_{n+1} in the max-row-l1 norm),
+    each product adds at most gamma_n per path, each kappa evaluation gamma_n, and kappa moves by
+    at most the max-row-l1 change: 5 l + 2 <= 7 l terms, and one more for the row sums' own
+    rounding and a reciprocal's."""
+    return 8.0 * layer * gamma(n + 1)
 
 
-def rollout_kappa(stack: np.ndarray, device: str, layers_out: str = "every") -> np.ndarray:
-    """kappa(R_l) for l = 1..L (`every`) or l = L alone (`last`), R_1 = M_1, R_l = M_l R_{l-1},
-    M_l = 0.5 * (eye + A_l) of a validated float64 (L, n, n) stack (`restrict_layers`' output),
-    computed in float64 on torch device `device`; kappa(R) = max over pairs of half the l1
-    distance of two rows (torch.cdist, p = 1), 0 when n = 1. (L,) or (1,) float64."""
+def restricted_rollout_kappa(attention: np.ndarray, keep: np.ndarray, device: str,
+                             layers_out: str = "every") -> np.ndarray:
+    """kappa(R_l) of one (L, T, T) attention stack restricted to the tokens `keep` (bool (T,),
+    two or more), as the test stage computes it from `restrict_layers` and `rollout`, but on
+    torch device `device` in float64: rows of A[keep, keep] renormalised (twice, as the CPU
+    path's validation does), M_l = 0.5 * (eye + A_l), R_1 = M_1, R_l = M_l R_{l-1}, kappa(R) =
+    max over row pairs of half their l1 distance (torch.cdist, p = 1). (L,) float64: `every`
+    layer up to the first whose kept rows have a row without mass, or the last layer alone
+    (`last`, only when none has one); NaN elsewhere."""
     import torch
 
-    x = torch.from_numpy(np.ascontiguousarray(stack, dtype=np.float64)).to(device)
-    n = x.shape[-1]
-    factors = x.clone()
-    factors.diagonal(dim1=-2, dim2=-1).add_(1.0)  # eye + A: as the CPU path, element by element
+    out = np.full(attention.shape[0], np.nan)
+    kept = torch.from_numpy(np.flatnonzero(keep)).to(device)
+    a = torch.from_numpy(np.ascontiguousarray(attention)).to(device)  # (layer, T, T)
+    sub = a.index_select(1, kept).index_select(2, kept).to(torch.float64)
+    mass = sub.sum(dim=-1)  # (layer, kept row): 0 only where every kept entry is 0
+    ok = (mass > 0).all(dim=-1).cpu().numpy()
+    prefix = int(np.argmin(ok)) if not ok.all() else ok.size
+    if prefix == 0 or (layers_out == "last" and prefix < ok.size):
+        return out
+    stack = sub[:prefix] / mass[:prefix, :, None]
+    stack /= stack.sum(dim=-1, keepdim=True)
+    factors = stack
+    factors.diagonal(dim1=-2, dim2=-1).add_(1.0)  # eye + A, element by element
     factors.mul_(0.5)  # (layer, row, column)
     products = torch.empty_like(factors)
     products[0] = factors[0]
-    for layer in range(1, factors.shape[0]):
+    for layer in range(1, prefix):
         torch.matmul(factors[layer], products[layer - 1], out=products[layer])
     wanted = products if layers_out == "every" else products[-1:]
-    if n == 1:
-        return np.zeros(wanted.shape[0])
-    distances = torch.cdist(wanted, wanted, p=1)  # (layer, row i, row j)
-    return (0.5 * distances.amax(dim=(-2, -1))).cpu().numpy().astype(np.float64)
+    kappa = 0.5 * torch.cdist(wanted, wanted, p=1).amax(dim=(-2, -1))  # (layer,)
+    if layers_out == "every":
+        out[:prefix] = kappa.cpu().numpy()
+    else:
+        out[-1] = float(kappa[-1])
+    return out
