@@ -142,8 +142,8 @@ def same_rollout(attention: np.ndarray, keep: np.ndarray, device: str,
     start = time.perf_counter()
     dev = restricted_rollout_kappa(attention, keep, device)  # its .cpu() waits for the device
     dev_s = time.perf_counter() - start
-    n = int(keep.sum())
-    bound = np.array([kappa_bound(layer, n) for layer in range(1, len(attention) + 1)])
+    t = attention.shape[-1]
+    bound = np.array([kappa_bound(layer, t) for layer in range(1, len(attention) + 1)])
     ratio = float(np.max(np.abs(dev - cpu) / bound))
     if not ratio <= 1.0:
         raise CheckFailed(f"the rollout on {device} differs from the CPU path on {what} by "

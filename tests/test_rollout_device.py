@@ -66,7 +66,7 @@ def test_the_device_rollout_kappa_is_within_the_bound_of_the_cpu_path(t, layers,
         np.testing.assert_array_equal(np.isnan(device), np.isnan(cpu))
         done = ~np.isnan(cpu)
         gap = np.abs(device - cpu)[done]
-        assert done.any() and np.all(gap <= bounds(layers, int(keep.sum()))[done]), gap
+        assert done.any() and np.all(gap <= bounds(layers, t)[done]), gap
 
 
 def test_the_rollout_stops_where_a_kept_row_has_no_mass_on_both_paths():
@@ -77,7 +77,7 @@ def test_the_rollout_stops_where_a_kept_row_has_no_mass_on_both_paths():
     keep = np.arange(6) > 0
     cpu, device = cpu_path(attention, keep), restricted_rollout_kappa(attention, keep, "cpu")
     assert np.isnan(cpu).tolist() == np.isnan(device).tolist() == [False, False, True, True]
-    assert np.all(np.abs(device - cpu)[:2] <= bounds(2, 5))
+    assert np.all(np.abs(device - cpu)[:2] <= bounds(2, 6))
     assert np.isnan(restricted_rollout_kappa(attention, keep, "cpu", "last")).all()
 
 
@@ -130,9 +130,9 @@ def test_a_sweep_on_the_device_equals_the_cpu_sweep_but_the_rollout_kappa_within
         if key.endswith("results/rollout_kappa"):
             a, b = cpu[key], device[key]
             np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=key)
-            n_kept = cpu[key.replace("rollout_kappa", "n_kept")]  # (input, layer, head, set)
+            t = cpu[key.replace("results/rollout_kappa", "n_tokens")][:, None, None, None]
             layer = np.arange(1, a.shape[1] + 1)[None, :, None, None]
-            bound = 8 * layer * (n_kept + 1) * 2.0**-53 / (1 - (n_kept + 1) * 2.0**-53)
+            bound = 8 * layer * (t + 1) * 2.0**-53 / (1 - (t + 1) * 2.0**-53)
             done = ~np.isnan(a)
             assert np.all(np.abs(a - b)[done] <= bound[done]), key
             assert np.array_equal(device[key.replace("results/rollout_kappa", DEVICE_ROLLOUT)][

@@ -5,8 +5,8 @@ the CPU test task skips them and the extraction worker's CPU does not take them 
 The CPU path (`workers.exact.equality.restrict_layers`, then `rollout`) returns the oracle's
 kappa of its own float64 products; this one restricts, renormalises and sums in the device's
 order (its sums, matmul and torch.cdist), so the two differ by float64 rounding only, at most
-`kappa_bound(l, n)` at layer l of an n-token set (the derivation: docs/readings.md, "The rollout
-on the extraction device"). Verdicts and each layer's kappa never come from here.
+`kappa_bound(l, t)` at layer l of an input of t tokens (the derivation: docs/readings.md, "The
+rollout on the extraction device"). Verdicts and each layer's kappa never come from here.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ def gamma(n: int) -> float:
     return nu / (1.0 - nu)
 
 
-def kappa_bound(layer: int, n: int) -> float:
-    """How far this module's kappa(R_layer) (1-based layer) of an n-token set may be from the
-    CPU path's: 8 * layer * gamma_{n+1}. Each path's renormalised rows are within 3 gamma_{n+1}
-    of the exact ones (so the factors M differ by at most 3 gamma_{n+1} in the max-row-l1 norm),
-    each product adds at most gamma_n per path, each kappa evaluation gamma_n, and kappa moves by
-    at most the max-row-l1 change: 5 l + 2 <= 7 l terms, and one more for the row sums' own
-    rounding and a reciprocal's."""
-    return 8.0 * layer * gamma(n + 1)
+def kappa_bound(layer: int, t: int) -> float:
+    """How far this module's kappa(R_layer) (1-based layer) for any token set of an input of t
+    tokens may be from the CPU path's: 8 * layer * gamma_{t+1}. The paths' renormalised rows
+    differ by at most 5 gamma_{t+1} (the CPU renormalises three times, once over the whole row of
+    t, this path twice), so the factors M = (I + A)/2 by 3 gamma_{t+1} in the max-row-l1 norm;
+    each product adds at most gamma_t per path, each kappa evaluation gamma_t, and kappa moves
+    by at most the max-row-l1 change: at most (3 l + 2 l) gamma_{t+1} <= 8 l gamma_{t+1} with
+    room for the row sums' own rounding (docs/readings.md)."""
+    return 8.0 * layer * gamma(t + 1)
 
 
 def restricted_rollout_kappa(attention: np.ndarray, keep: np.ndarray, device: str,
