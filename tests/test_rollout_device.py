@@ -132,7 +132,8 @@ def test_a_sweep_on_the_device_equals_the_cpu_sweep_but_the_rollout_kappa_within
             np.testing.assert_array_equal(np.isnan(a), np.isnan(b), err_msg=key)
             t = cpu[key.replace("results/rollout_kappa", "n_tokens")][:, None, None, None]
             layer = np.arange(1, a.shape[1] + 1)[None, :, None, None]
-            bound = 8 * layer * (t + 1) * 2.0**-53 / (1 - (t + 1) * 2.0**-53)
+            bound = np.broadcast_to(
+                8 * layer * (t + 1) * 2.0**-53 / (1 - (t + 1) * 2.0**-53), a.shape)
             done = ~np.isnan(a)
             assert np.all(np.abs(a - b)[done] <= bound[done]), key
             assert np.array_equal(device[key.replace("results/rollout_kappa", DEVICE_ROLLOUT)][
