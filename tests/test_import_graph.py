@@ -22,7 +22,7 @@ PACKAGES = ("storage", "workers", "sweep")
 
 ORDER: dict[str, list[str]] = {
     "sweep": ["terminal", "config", "clusters", "driver", "report show", "cli", "*"],
-    "sweep.terminal": ["faults interrupts quiet_logs", "*"],
+    "sweep.terminal": ["faults interrupts progress quiet_logs", "*"],
     "sweep.config": ["yaml_io", "schema", "controls seeds", "load", "*"],
     "sweep.clusters": ["config", "local slurm kubernetes", "client", "*"],
     "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
