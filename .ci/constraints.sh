@@ -17,7 +17,7 @@ for links in $("$venv/bin/python" -m pip config get global.find-links 2>/dev/nul
   indexes+=(--find-links "$links")
 done
 uv pip compile pyproject.toml --extra test --extra demo --python-version 3.11 \
-  --python-platform x86_64-manylinux_2_28 --index-strategy unsafe-best-match \
+  --python-platform x86_64-manylinux_2_34 --index-strategy unsafe-best-match \
   "${indexes[@]}" -c "$freeze" --annotation-style line --no-emit-index-url --no-emit-find-links \
   --custom-compile-command "bash .ci/constraints.sh" -o constraints.txt
 sed -i "s|-c $freeze|the venv|g" constraints.txt

@@ -30,7 +30,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.report": ["controls nulls precision readings seeds training", "intervals",
                      "findings", "tables", "html plots precision_flips", "*"],
     "sweep.show": ["view source", "figure", "*"],
-    "sweep.cli": ["outputs", "commands", "entry", "*"],
+    "sweep.cli": ["outputs report_cache", "commands", "entry", "*"],
     "sweep.cli.commands": ["store_args", "*"],
     "workers": ["exact", "inputs nulls", "models", "task_specs", "tasks", "*"],
     "workers.exact": ["numba_cache scratch token_kinds", "kernel",
