@@ -144,12 +144,15 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
     if fmt == "csv" and args.table not in table_names():
         raise InputError(f"--table {args.table}: not a table of the report; one of "
                          f"{', '.join(table_names())}")
-    check_readable(store)
+    report = None if cache is None else cache.load("report.pickle")
+    if report is None or args.plots is not None or args.html is not None:
+        check_readable(store)  # a kept Report was built from this very store, checked then
     try:
         with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
-            tree = open_results(store)
-            report = None if cache is None else cache.load("report.pickle")
+            tree = None
+            if report is None or args.plots is not None or args.html is not None:
+                tree = open_results(store)
             if report is None:
                 report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
                                       bootstrap=Bootstrap(args.resamples, args.seed))
