@@ -68,3 +68,10 @@ def test_the_markdown_reads_headline_findings_then_layers_then_detail(tmp_path):
     assert at["## 2. Per layer"] < at["## 3. Depth"] < at["## Detail"]
     assert text.index("Verdicts at the data's precision") > text.index("## 3. Depth")
     assert headings[-1] == "## Findings"
+
+
+def test_the_html_page_lists_the_findings_one_item_each():
+    from sweep.report.html import markdown_to_html
+
+    html = markdown_to_html(["## Headline findings", "", "- m (all): tighter <b>", "- m (content)"])
+    assert "<li>m (all): tighter &lt;b&gt;</li>" in html and "<li>m (content)</li>" in html

@@ -6,9 +6,9 @@ code that builds it. Any write, deletion or addition in the store, or any edit o
 changes the key, so an entry is never stale; it can only be missed. (A local chunk rewritten to
 the same size with its mtime set back goes unseen, as it does for `sweep run` without --verify.)
 
-Entries live in the user's cache folder (`platformdirs.user_cache_dir`; SWEEP_CACHE_DIR
-overrides it), never in the store: a report only reads its store. The newest MAX_ENTRIES
-are kept.
+Entries live in the project's cache folder (`cache_root`: $SWEEP_CACHE_DIR, else
+$DOBRUSHIN_CACHE/reports, else the user cache folder by platformdirs), never in the store: a
+report only reads its store. The newest MAX_ENTRIES are kept.
 """
 
 from __future__ import annotations
@@ -32,10 +32,15 @@ PACKAGES = ("storage", "workers", "sweep")
 
 
 def cache_root() -> Path:
-    """The folder of every entry: $SWEEP_CACHE_DIR, else the platform's user cache folder."""
+    """The folder of every entry: $SWEEP_CACHE_DIR, else `reports` in the project's cache folder
+    ($DOBRUSHIN_CACHE, else the platform's user cache folder, as
+    `workers.exact.numba_cache.cache_home`, which this module does not import: it loads numba)."""
     configured = os.environ.get("SWEEP_CACHE_DIR")
     if configured:
         return Path(configured)
+    home = os.environ.get("DOBRUSHIN_CACHE")
+    if home is not None:
+        return Path(home).expanduser() / "reports"
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("dobrushin-sweep")) / "reports"

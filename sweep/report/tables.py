@@ -487,7 +487,9 @@ def _headline(summary: pd.DataFrame) -> list[str]:
 
 def _table(frame: pd.DataFrame, columns: list[str], rates: bool = False, counts: bool = True,
            k: str = "holding", n: str = "inputs") -> list[str]:
-    """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`."""
+    """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`.
+    Hand-built: DataFrame.to_markdown (tabulate) pads every cell to its column's width, which
+    would change every report's bytes and widen its long tables for no reader's gain."""
     if frame.empty:
         return ["(no rows)", ""]
     header = [c.replace("_", " ") for c in columns]
