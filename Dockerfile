@@ -31,12 +31,12 @@ RUN if ! command -v python3 >/dev/null; then \
     && python3 -m venv /opt/venv
 
 WORKDIR /opt/dobrushin-sweep
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY sweep ./sweep
 COPY workers ./workers
 COPY storage ./storage
-RUN pip install --index-url "$TORCH_INDEX" torch==2.14.1 torchvision==0.29.1 \
-    && pip install ".[s3,gcs,azure,kubernetes]"
+RUN pip install -c constraints.txt --index-url "$TORCH_INDEX" torch torchvision \
+    && pip install -c constraints.txt ".[s3,gcs,azure,kubernetes]"
 
 # Workers write nothing but their scratch (numba's cache, Dask's spill) under /tmp.
 RUN useradd --create-home --uid 1000 sweep

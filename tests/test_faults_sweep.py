@@ -106,8 +106,8 @@ def test_ctrl_c_during_plan_exits_130(tmp_path):
         env={**env(), "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         text=True, preexec_fn=default_sigint)
     try:
-        for line in driver.stdout:  # the resolved config comes first, then the sizing
-            if line.startswith("baseline:"):
+        for line in driver.stdout:  # one line first, then the sizing
+            if line.startswith("sweep plan: "):
                 break
         driver.send_signal(signal.SIGINT)
         out, err = driver.communicate(timeout=120)

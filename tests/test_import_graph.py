@@ -22,7 +22,7 @@ PACKAGES = ("storage", "workers", "sweep")
 
 ORDER: dict[str, list[str]] = {
     "sweep": ["terminal", "config", "clusters", "driver", "report show", "cli", "*"],
-    "sweep.terminal": ["faults interrupts quiet_logs", "*"],
+    "sweep.terminal": ["faults interrupts progress quiet_logs", "*"],
     "sweep.config": ["yaml_io", "schema", "controls seeds", "load", "*"],
     "sweep.clusters": ["config", "local slurm kubernetes", "shapes", "client", "*"],
     "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
@@ -30,7 +30,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.report": ["controls nulls precision readings seeds training", "intervals",
                      "findings", "tables", "html plots precision_flips", "*"],
     "sweep.show": ["view source", "figure", "*"],
-    "sweep.cli": ["outputs", "commands", "entry", "*"],
+    "sweep.cli": ["outputs report_cache", "commands", "entry", "*"],
     "sweep.cli.commands": ["store_args", "*"],
     "workers": ["exact", "inputs nulls", "models", "task_specs", "tasks", "*"],
     "workers.exact": ["device_rollout numba_cache scratch token_kinds", "kernel",

@@ -12,7 +12,7 @@ from storage.layout import ResultStatus
 from storage.query import open_results
 from storage.store import create_root, ensure_matched_nulls
 from sweep.driver.plan import NullTask
-from sweep.report.plots import depth_figure, margin_figure, panels
+from sweep.report.plots import depth_figure, margin_figure, panels, weights_label
 from sweep.report.tables import build_report
 from tests.store_fixtures import FixtureModel, write_store
 from workers.nulls.baseline import chunk_span
@@ -81,7 +81,7 @@ def test_margin_ecdfs_read_the_holding_rate_at_the_tolerance(tree):
     axes = by_title(margin_figure(tree, 1e-12))
     assert len(axes) == 4
     ax = axes["m · content (A[C,C], renormalised)"]
-    for label, model in (("trained model", "m"), ("random-init control", "m@random-init")):
+    for label, model in (("model", "m"), ("random-init control", "m@random-init")):
         line = next(line for line in ax.get_lines() if line.get_label() == label)
         x, y = line.get_xdata(), line.get_ydata()
         at_tol = y[np.searchsorted(x, math.log10(1e-12), side="right") - 1]
@@ -89,4 +89,31 @@ def test_margin_ecdfs_read_the_holding_rate_at_the_tolerance(tree):
                               & (report.summary["token_set"] == "content")]["rate"].item()
         assert at_tol == pytest.approx(rate)
     legend = {text.get_text() for legend in ax.figure.legends for text in legend.get_texts()}
-    assert legend == {"trained model", "random-init control", "tolerance 1e-12"}
+    # "model": the fixture's groups record no spec, so what their weights are is unknown
+    assert legend == {"model", "random-init control", "tolerance 1e-12"}
+
+
+def test_a_panel_without_null_bands_says_so(tree):
+    axes = by_title(depth_figure(build_report(tree)))
+    notes = {title: [t.get_text() for t in ax.texts] for title, ax in axes.items()}
+    assert not any("no null bands" in text for text in notes["m · all (A)"])
+    assert any(text.startswith("no null bands") for text in notes["solo · all (A)"])
+
+
+@pytest.mark.parametrize(("spec", "label"), [
+    ({"family": "hf", "pretrained": True}, "pretrained model"),
+    ({"family": "hf", "pretrained": False}, "random weights (untrained)"),
+    ({"family": "ft-transformer", "pretrained": False}, "trained model"),
+    ({"family": "hf", "pretrained": True, "random_init": True}, "random-init control"),
+    (None, "model"),
+])
+def test_legends_say_what_the_weights_are(tmp_path, spec, label):
+    import xarray as xr
+
+    attrs = {} if spec is None else {"fingerprint_inputs": {"model": spec}}
+    tree = xr.DataTree.from_dict({"/x": xr.Dataset(attrs=attrs)})
+    assert weights_label(tree, "x") == label
+    figure = depth_figure(build_report(open_results(write_store(
+        tmp_path / "s.zarr", {"x": model_with([1, 2], 2)}))), labels={"x": label})
+    ax = by_title(figure)["x · all (A)"]
+    assert [line.get_label() for line in ax.get_lines()] == [label]

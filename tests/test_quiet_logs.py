@@ -68,8 +68,8 @@ def test_a_shared_cluster_gets_its_workers_logging_back_after_the_sweep():
 LATE_NOISE = """
 import asyncio, gc, sys
 from contextlib import contextmanager
-import sweep.cli.commands.run as run_command_module
-real = run_command_module.open_client
+import sweep.clusters.client as client_module
+real = client_module.open_client
 
 @contextmanager
 def late_noise(*args, **kwargs):
@@ -82,7 +82,7 @@ def late_noise(*args, **kwargs):
     gc.collect()  # ... collected after the close: asyncio logs it then
     print("closed", file=sys.stderr)
 
-run_command_module.open_client = late_noise
+client_module.open_client = late_noise  # `sweep run` imports it when it runs
 sys.argv = ["sweep", "run", sys.argv[1], "--no-progress"]
 from sweep.cli import run_command
 run_command()

@@ -52,6 +52,8 @@ if TYPE_CHECKING:
     from workers.task_specs import BaselineTask, ExtractTask, NullTask, PrepareTask, TestTask
 
 MAX_CACHED_MODELS = 2  # per worker process; the least recently used one is dropped first
+# An OrderedDict, not functools.lru_cache: the load runs under _CACHE_LOCK, so two threads that
+# miss at once load a model once (lru_cache would load it twice), and each model keeps its lock.
 _DATASETS: dict[str, Dataset] = {}
 _EXTRACTORS: OrderedDict[str, tuple[Extractor, threading.Lock]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()

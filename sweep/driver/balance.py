@@ -23,6 +23,9 @@ Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan
   extraction: GPU_ROLLOUT_S * T^3 / 2 per product and per kappa there (on a GPU; the CPU terms
   where extraction runs on CPU workers).
 
+- fixed, seconds per run: WORKER_START_S + MODEL_LOAD_S x models / extraction workers
+  (`fixed_seconds`), added to the larger stage.
+
 The constants (CONSTANTS) were measured as stated beside each; rerun the commands named there on
 the target hardware and replace them. The GPU constant is NOT measured on a GPU yet (none was
 available to this project): it is issue 10's estimate, to be replaced by what
@@ -106,6 +109,19 @@ CONSTANTS: dict[str, Constant] = {
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
         "benchmarks/README.md (extract_bench.py vit-base-16 --random-init --batch-size 8: 0.54 "
         "inputs/s on 2 cores = 3.7 CPU-s per input / (12 x 197))",
+    ),
+    "WORKER_START_S": Constant(
+        2.9, "s to start the cluster's workers and import the task code in them, once per run",
+        "python benchmarks/fixed_costs.py: open_client on the default local cluster (2 workers "
+        "as threads) until its workers import workers.tasks; 2-core AMD EPYC under load "
+        "average 4, 2026-12-04",
+    ),
+    "MODEL_LOAD_S": Constant(
+        5.9, "s to load one model on a worker (imports, weights), once per model and "
+        "extraction worker",
+        "that run: a fresh process imports the model code and builds minilm-l6 (4.9 s), "
+        "tiny-roberta (5.6 s), tiny-deit-distilled (7.2 s), torch's import included: an upper "
+        "bound for a worker's second model",
     ),
     "GPU_LAYER_TOKEN_S": Constant(
         4.2e-7, "GPU-s per (layer x token) of extraction on one CUDA GPU",
@@ -222,10 +238,31 @@ def cores_per_gpu(model: ModelPlan) -> CoresPerGpu:
                        estimates=estimates)
 
 
-def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
+def fixed_seconds(plan: SweepPlan, pools: Pools | None) -> float:
+    """Predicted seconds a run spends before and between its per-input work: the workers' start
+    plus each model's load, the loads spread over the extraction workers (training not
+    counted: a prepared model's `PrepareTask` is its own cost)."""
+    slots = 1 if pools is None else max(pools.extract_slots, 1)
+    return _c("WORKER_START_S") + _c("MODEL_LOAD_S") * len(plan.models) / slots
+
+
+def predictions(plan: SweepPlan, pools: Pools | None) -> dict[str, object]:
+    """The numbers of `balance_lines` as data: per model, seconds per input of each stage and
+    CPU cores per GPU (None without a GPU), and the fixed seconds."""
+    gpu = pools is None or pools.gpus > 0
+    models = {}
+    for model in plan.models:
+        extract, test = extract_seconds(model, gpu), stage_cpu_seconds(model)
+        models[model.name] = {"extract_s_per_input": extract, "test_cpu_s_per_input": test,
+                              "cpu_cores_per_gpu": cores_per_gpu(model).cores if gpu else None}
+    return {"gpu": gpu, "models": models, "fixed_s": fixed_seconds(plan, pools)}
+
+
+def balance_lines(plan: SweepPlan, pools: Pools | None, constants: bool = True) -> list[str]:
     """Per model: predicted GPU- and CPU-seconds per input, CPU cores per GPU that keep pace
-    (`cores_per_gpu`), and per-stage seconds on `pools` (when known). Every number is from
-    CONSTANTS; the estimated ones are marked."""
+    (`cores_per_gpu`), per-stage seconds on `pools` (when known), the fixed costs, and
+    (`constants`) the constants with their sources. Every number is from CONSTANTS; the
+    estimated ones are marked."""
     gpu = pools is None or pools.gpus > 0
     lines = ["balance (predicted from measured constants: sweep/driver/balance.py CONSTANTS):"]
     unit = "GPU-s" if gpu else "CPU-s (no GPU)"
@@ -251,6 +288,14 @@ def balance_lines(plan: SweepPlan, pools: Pools | None) -> list[str]:
             f"({pools.gpus} GPU(s)), {pools.cpu_cores} CPU core(s) for tests; stages overlap, "
             f"so the sweep takes about the larger of the two"
         )
+    slots = 1 if pools is None else max(pools.extract_slots, 1)
+    lines.append(
+        f"fixed: {fixed_seconds(plan, pools):.3g} s = worker start {_c('WORKER_START_S'):.2g} s "
+        f"+ {len(plan.models)} model loads x {_c('MODEL_LOAD_S'):.2g} s / {slots} extraction "
+        f"worker(s), added to the larger stage (measured: python benchmarks/fixed_costs.py)")
+    if not constants:
+        lines.append("constants: sweep/driver/balance.py CONSTANTS (--verbose: their sources)")
+        return lines
     lines.append("constants (value, unit, where measured; ESTIMATE: not measured yet):")
     lines += [f"  {name} = {c.seconds:.2g} {c.unit}{' (ESTIMATE)' if c.estimate else ''}\n"
               f"      [{c.measured}]" for name, c in CONSTANTS.items()]

@@ -15,15 +15,14 @@ load models once through `workers.tasks`' per-process cache.
 from __future__ import annotations
 
 import contextlib
-import sys
 from collections import deque
 
 from distributed import Client, Future, as_completed, get_worker
-from tqdm import tqdm
 
 from sweep.driver.plan import ExtractTask, SweepPlan, Task, test_key
 from sweep.driver.runner import failure_text
 from sweep.terminal.interrupts import raise_if_interrupted
+from sweep.terminal.progress import progress as progress_reporter
 from sweep.terminal.quiet_logs import QuietTaskFailures, drop_compute_failed, quiet_shutdown
 from workers.tasks import numba_threads, run_task
 
@@ -109,8 +108,8 @@ def submit_tasks(client: Client, plan: SweepPlan, tasks: list[Task],
 
 
 class DaskExecutor:
-    """Runs tasks on a `distributed.Client` with a progress bar (`open_client` prints the
-    dashboard address)."""
+    """Runs tasks on a `distributed.Client` with a progress bar on a terminal, a plain line
+    every 30 s off one (`sweep.terminal.progress`; `open_client` prints the dashboard address)."""
 
     def __init__(self, client: Client, in_flight: int | None = None,
                  shared: bool = False) -> None:
@@ -140,8 +139,8 @@ class DaskExecutor:
         outcomes: dict[str, str | None] = {}
         errors: dict[str, BaseException] = {}
         running = as_completed(submitter.submit_ready())
-        with tqdm(total=len(tasks), desc="sweep", unit="task", file=sys.stderr,
-                  disable=not progress) as bar:
+        bar = progress_reporter(len(tasks), "sweep", "task", enabled=progress)
+        try:
             for future in running:
                 raise_if_interrupted()  # a Ctrl-C that a compiler callback swallowed
                 if future.status == "error":
@@ -153,10 +152,12 @@ class DaskExecutor:
                         "lost client); rerun to resume")
                 else:
                     outcomes[future.key] = None
-                bar.update()
+                bar.update(failed=int(future.key in errors))
                 submitter.finished(future.key)
                 for new in submitter.submit_ready():
                     running.add(new)
+        finally:
+            bar.close()
         blocked = []
         for task in tasks:
             if task.key not in errors:

@@ -294,6 +294,52 @@ def head_pairs(tree: xr.DataTree) -> list[tuple[str, str]]:
     return [(means[key(n)], n) for n in each if key(n) in means]
 
 
+HEADLINE_LIMIT = 10
+HEADLINE_ORDER = ("vs_control", "seeds_pooled_vs_control", "seeds_vs_control", "vs_null",
+                  "failures_by_layer", "per_head_vs_head_mean")
+"""The kinds a headline draws from, most telling first (see `headline`)."""
+
+
+def headline(findings: pd.DataFrame, limit: int = HEADLINE_LIMIT) -> pd.DataFrame:
+    """At most `limit` findings to read first, ranked by HEADLINE_ORDER (then in the report's
+    order): a model against its control (not one seed's replicate: its seeds' findings say
+    more), the findings across seeds, each model's *weakest* null comparison per token set (the
+    smallest lift: what holds against every null), failures that concentrate in a layer, and
+    the per-head comparisons. Random-init controls' own comparisons and the rest stay in the
+    full list. Rows are the findings' own, unchanged."""
+    if findings.empty:
+        return findings
+    rows = findings.reset_index(drop=True)
+    kinds = rows["kind"].str.split(":").str[0]
+    control = rows["model"].str.endswith("@random-init")
+    replicate = rows["model"].str.contains("@seed", regex=False)
+    keep = kinds.isin(HEADLINE_ORDER) & ~control
+    keep &= ~((kinds == "vs_control") | (kinds == "vs_null")) | ~replicate
+    keep &= (kinds != "failures_by_layer") | rows["text"].str.contains("they concentrate in")
+    chosen = rows[keep].assign(_kind=kinds[keep])
+    nulls = chosen[chosen["_kind"] == "vs_null"]
+    weakest = nulls.loc[nulls.groupby(["model", "token_set"], sort=False)["estimate"].idxmin()]
+    chosen = chosen[chosen["_kind"] != "vs_null"]
+    chosen = pd.concat([chosen, weakest.assign(_kind="vs_null")])
+    rank = chosen["_kind"].map({kind: i for i, kind in enumerate(HEADLINE_ORDER)})
+    chosen = chosen.assign(_rank=rank, _at=chosen.index).sort_values(["_rank", "_at"])
+    return chosen.drop(columns=["_kind", "_rank", "_at"]).head(limit)
+
+
+def headline_section(findings: pd.DataFrame | None) -> list[str]:
+    """The report's first section: the `headline` findings, and where the others are."""
+    if findings is None or findings.empty:
+        return []
+    top = headline(findings)
+    if top.empty:
+        return []
+    return ["## Headline findings", "",
+            f"The {len(top)} findings to read first, of {len(findings)} (each model against its "
+            "control, across seeds, against its weakest size-matched null, failures that "
+            "concentrate in a layer); every finding, with how they are computed, ends the "
+            "report.", "", *(f"- {text}" for text in top["text"]), ""]
+
+
 def markdown_section(findings: pd.DataFrame) -> list[str]:
     """The Findings section: how the rules read, then one line per finding."""
     out = ["## Findings", "",

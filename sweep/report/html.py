@@ -2,8 +2,8 @@
 figures inline.
 
 The page is the Markdown report (`sweep.report.tables.render_markdown`: the same tables, computed
-once) turned into HTML by `markdown_to_html`, which knows exactly the subset that renderer writes:
-`#`/`##` headings, paragraphs, pipe tables and `code`. From the per-layer section on, tables
+once) turned into HTML by `markdown_to_html` (markdown-it-py: headings, paragraphs, lists, pipe
+tables and `code`, raw HTML escaped). From the per-layer section on, tables
 longer than `LONG_TABLE` rows sit in a `<details>` element, collapsed; the headline's tables
 (rates, controls, nulls) stay open whatever their length. Figures are PNGs as base64 `data:`
 URLs and the style sheet is inline: the page opens offline, and can be mailed as one file. No
@@ -15,8 +15,8 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 
+from markdown_it import MarkdownIt
 from matplotlib.figure import Figure
 
 from sweep.report.tables import Report, render_markdown
@@ -74,61 +74,38 @@ def figure_html(figure: Figure, name: str, caption: str) -> str:
 
 
 def markdown_to_html(lines: list[str], collapse_from: str | None = None) -> str:
-    """HTML of the Markdown subset the report writes: `# `/`## ` headings, paragraphs (blocks of
-    text lines), pipe tables (a header row, a `|---|` row, body rows) and inline `code`. Long
-    tables collapse; with `collapse_from`, only after the first heading that starts with it."""
-    out: list[str] = []
-    block: list[str] = []
+    """HTML of the Markdown report, by markdown-it-py (CommonMark with pipe tables; raw HTML in
+    the text is escaped, never passed through). Long tables collapse into `<details>`; with
+    `collapse_from`, only after the first heading that starts with it."""
+    parser = MarkdownIt("commonmark", {"html": False}).enable("table")
+    tokens = parser.parse("\n".join(lines))
     collapsing = collapse_from is None
-
-    def flush() -> None:
-        if not block:
-            return
-        if block[0].startswith("|"):
-            out.append(_table_html(block, collapsible=collapsing))
-        else:
-            out.append(f"<p>{_inline(' '.join(block))}</p>")
-        block.clear()
-
-    for line in lines:
-        heading = re.match(r"^(#{1,2}) (.*)$", line)
-        if heading:
-            flush()
-            collapsing = collapsing or heading.group(2).startswith(collapse_from)
-            level = len(heading.group(1))
-            out.append(f"<h{level}>{_inline(heading.group(2))}</h{level}>")
-        elif not line.strip():
-            flush()
-        elif block and block[0].startswith("|") != line.startswith("|"):
-            flush()
-            block.append(line)
-        else:
-            block.append(line)
-    flush()
-    return "\n".join(out)
+    out: list[str] = []
+    start = 0
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if token.type == "heading_open" and collapse_from is not None:
+            collapsing = collapsing or tokens[i + 1].content.startswith(collapse_from)
+        if token.type == "table_open":
+            end = next(j for j in range(i, len(tokens)) if tokens[j].type == "table_close")
+            out.append(parser.renderer.render(tokens[start:i], parser.options, {}))
+            table = parser.renderer.render(tokens[i:end + 1], parser.options, {})
+            out.append(_wrapped(table, tokens[i:end + 1], collapsing))
+            start = i = end + 1
+            continue
+        i += 1
+    out.append(parser.renderer.render(tokens[start:], parser.options, {}))
+    return "".join(out).rstrip("\n")
 
 
-def _cells(row: str) -> list[str]:
-    return [cell.strip() for cell in row.strip().strip("|").split("|")]
-
-
-def _table_html(rows: list[str], collapsible: bool = True) -> str:
-    """A pipe table as `<table>`, inside a collapsed `<details>` when it is long and
-    `collapsible`."""
-    header, body = _cells(rows[0]), [_cells(r) for r in rows[2:]]
-    head = "".join(f"<th>{_inline(c)}</th>" for c in header)
-    cells = "\n".join("<tr>" + "".join(f"<td>{_inline(c)}</td>" for c in row) + "</tr>"
-                      for row in body)
-    table = (f"<div class=\"wrap\"><table>\n<thead><tr>{head}</tr></thead>\n<tbody>\n{cells}\n"
-             "</tbody></table></div>")
-    if len(body) <= LONG_TABLE or not collapsible:
-        return table
-    return (f"<details><summary>{len(body)} rows: {html.escape(', '.join(header[:3]))}, ... "
-            f"(click to show)</summary>\n{table}\n</details>")
-
-
-def _inline(text: str) -> str:
-    """Escaped text with `code` spans as `<code>`."""
-    parts = text.split("`")
-    return "".join(f"<code>{html.escape(p)}</code>" if i % 2 else html.escape(p)
-                   for i, p in enumerate(parts))
+def _wrapped(table: str, tokens: list, collapsible: bool) -> str:
+    """A rendered table in its scrolling wrapper, inside a collapsed `<details>` when it has more
+    than LONG_TABLE body rows and is `collapsible`."""
+    body = sum(t.type == "tr_open" for t in tokens) - 1  # the header's row
+    header = [tokens[k + 1].content for k, t in enumerate(tokens) if t.type == "th_open"]
+    wrapped = f"<div class=\"wrap\">{table.rstrip()}</div>\n"
+    if body <= LONG_TABLE or not collapsible:
+        return wrapped
+    return (f"<details><summary>{body} rows: {html.escape(', '.join(header[:3]))}, ... "
+            f"(click to show)</summary>\n{wrapped}</details>\n")

@@ -36,11 +36,28 @@ CAPTIONS = {
 }
 
 
+def weights_label(tree: xr.DataTree, name: str) -> str:
+    """What a model's weights are, for a figure's legend: `pretrained model`, `trained model`
+    (trained by the project: FT-Transformers), `random weights` (a preset built without
+    weights, such as the tiny encoders) or `random-init control`; from the spec its group
+    records (`fingerprint_inputs`); `model` when it records none."""
+    spec = dict(dict(tree[name].attrs.get("fingerprint_inputs", {})).get("model", {}))
+    if not spec:
+        return "model"
+    if spec.get("random_init"):
+        return "random-init control"
+    if spec.get("family") == "ft-transformer":  # workers.models.token_layout.needs_preparation
+        return "trained model"
+    return "pretrained model" if spec.get("pretrained", True) else "random weights (untrained)"
+
+
 def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
     """The figures by file name: depth.png, margins.png, and baseline.png when the store has a
     baseline (captions in `CAPTIONS`)."""
     tol = report.tol if report.tol is not None else report.sweep_tol
-    figures = {"depth.png": depth_figure(report), "margins.png": margin_figure(tree, tol)}
+    labels = {name: weights_label(tree, name) for name in model_names(tree)}
+    figures = {"depth.png": depth_figure(report, labels),
+               "margins.png": margin_figure(tree, tol)}
     if not report.baseline.empty:
         figures["baseline.png"] = baseline_figure(report)
     return figures
@@ -95,10 +112,13 @@ def _rate_line(ax, rows, colour: str, label: str, style: str = "-") -> None:
     ax.fill_between(x, low, high, color=colour, alpha=0.18, linewidth=0)
 
 
-def depth_figure(report: Report) -> Figure:
+def depth_figure(report: Report, labels: dict[str, str] | None = None) -> Figure:
     """One panel per model and token set: the model's holding rate against relative depth, its
     random-init control's in the same panel, and the band of each of its size-matched nulls
-    (95% Wilson: the null's rate at the model's own matrix sizes, the same at every depth)."""
+    (95% Wilson: the null's rate at the model's own matrix sizes, the same at every depth); a
+    panel without null bands says so. `labels`: each model's legend label (`weights_label`;
+    default "trained model")."""
+    labels = labels or {}
     rates = report.rates
     models = list(dict.fromkeys(rates["model"]))
     shown = panels(models) or [("(no results)", None)]
@@ -109,15 +129,21 @@ def depth_figure(report: Report) -> Figure:
         for c, token_set in enumerate(token_sets):
             ax = axes[r, c]
             mine = rates[(rates["model"] == model) & (rates["token_set"] == token_set)]
+            here = None
             if nulls is not None:
                 here = nulls[(nulls["model"] == model) & (nulls["token_set"] == token_set)
                              & (nulls["trials"] > 0)]
+            if (here is None or here.empty) and not mine.empty:
+                ax.text(0.02, 0.03, "no null bands: no size-matched nulls for this model "
+                        "(matched_nulls:)", transform=ax.transAxes, fontsize=6.5,
+                        color="dimgray", va="bottom")
+            if here is not None:
                 for k, record in enumerate(here.to_dict("records")):
                     colour = NULL_COLOURS[k % len(NULL_COLOURS)]
                     ax.axhspan(record["ci_low"], record["ci_high"], color=colour, alpha=0.22,
                                linewidth=0, label=f"size-matched null: {record['null']}")
                     ax.axhline(record["rate"], color=colour, linewidth=0.8, linestyle=":")
-            _rate_line(ax, mine, "tab:blue", "trained model")
+            _rate_line(ax, mine, "tab:blue", labels.get(model, "trained model"))
             if control is not None:
                 theirs = rates[(rates["model"] == control) & (rates["token_set"] == token_set)]
                 _rate_line(ax, theirs, "tab:orange", "random-init control", "--")
@@ -194,7 +220,9 @@ def margin_figure(tree: xr.DataTree, tol: float | None = None) -> Figure:
     for r, (model, control) in enumerate(shown):
         for c, token_set in enumerate(token_sets):
             ax = axes[r, c]
-            for name, colour, style, label in ((model, "tab:blue", "-", "trained model"),
+            for name, colour, style, label in ((model, "tab:blue", "-",
+                                                weights_label(tree, model)
+                                                if model in models else "trained model"),
                                                (control, "tab:orange", "--",
                                                 "random-init control")):
                 logged = _log_margins(tree, name, token_set)

@@ -283,6 +283,7 @@ def render_markdown(report: Report) -> str:
         out += [f"Every head of {models} is a matrix of its own (option `heads: each`): their "
                 "counts are of input-layer-head cells, and their per-head rates follow the "
                 "per-layer table.", ""]
+    out += findings_rules.headline_section(report.findings)
     out += ["## 1. Headline: share of input-layer pairs where the bound is tight", ""]
     out += _headline(report.summary)
     bootstrapped = report.ci_method == "bootstrap"
@@ -296,13 +297,6 @@ def render_markdown(report: Report) -> str:
         out += lift_lines(report.nulls)
     if report.seeds is not None:
         out += seeds_section(report.seeds)
-    if report.intervals is not None:
-        out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
-                "width ratio = bootstrap / Wilson width, design effect = bootstrap variance / "
-                "binomial variance of independent cells:", ""]
-        out += _table(report.intervals, list(report.intervals.columns))
-    out += ["Verdicts at the data's precision:", "", *PRECISION_INTRO]
-    out += precision_markdown(report.precision)
     out += ["## 2. Per layer", ""]
     out += _table(report.rates, ["model", "layer", "relative_depth", "reading"], rates=True)
     if report.heads is not None:
@@ -337,6 +331,14 @@ def render_markdown(report: Report) -> str:
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
     out += report_training.render_markdown(report.training)
+    out += ["## Detail: intervals and precision", ""]
+    if report.intervals is not None:
+        out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
+                "width ratio = bootstrap / Wilson width, design effect = bootstrap variance / "
+                "binomial variance of independent cells:", ""]
+        out += _table(report.intervals, list(report.intervals.columns))
+    out += ["Verdicts at the data's precision:", "", *PRECISION_INTRO]
+    out += precision_markdown(report.precision)
     if report.findings is not None:
         out += findings_rules.markdown_section(report.findings)
     return "\n".join(out)
@@ -485,7 +487,9 @@ def _headline(summary: pd.DataFrame) -> list[str]:
 
 def _table(frame: pd.DataFrame, columns: list[str], rates: bool = False, counts: bool = True,
            k: str = "holding", n: str = "inputs") -> list[str]:
-    """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`."""
+    """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`.
+    Hand-built: DataFrame.to_markdown (tabulate) pads every cell to its column's width, which
+    would change every report's bytes and widen its long tables for no reader's gain."""
     if frame.empty:
         return ["(no rows)", ""]
     header = [c.replace("_", " ") for c in columns]

@@ -22,14 +22,23 @@ NUMBA_MODULES = (
 """The modules whose numba functions are cached on disk (`cache=True`); they call one another."""
 
 
+def cache_home() -> Path:
+    """The project's cache folder: $DOBRUSHIN_CACHE, else the platform's user cache folder
+    (platformdirs: `~/.cache/dobrushin-sweep` on Linux without $XDG_CACHE_HOME)."""
+    configured = os.environ.get("DOBRUSHIN_CACHE")
+    if configured is not None:
+        return Path(configured).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("dobrushin-sweep"))
+
+
 def cache_dir(package: Path = Path(__file__).parent) -> Path:
-    """`<DOBRUSHIN_CACHE or ~/.cache/dobrushin-sweep>/numba/<digest of the NUMBA_MODULES
-    sources in package>`."""
+    """`<cache_home()>/numba/<digest of the NUMBA_MODULES sources in package>`."""
     digest = hashlib.sha256()
     for name in NUMBA_MODULES:
         digest.update(name.encode() + b"\0" + (package / name).read_bytes())
-    root = Path(os.environ.get("DOBRUSHIN_CACHE", "~/.cache/dobrushin-sweep")).expanduser()
-    return root / "numba" / digest.hexdigest()[:16]
+    return cache_home() / "numba" / digest.hexdigest()[:16]
 
 
 def configure() -> None:

@@ -11,7 +11,6 @@ masks keys only and is cropped away here.
 
 from __future__ import annotations
 
-import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ import torch
 
 from storage.errors import ExtractionError, InputError
 from storage.location import StoreLike
+from workers.exact.numba_cache import cache_home
 from workers.models.determinism import TORCH_THREADS, fixed_torch
 from workers.models.registry import ModelSpec, family_module
 
@@ -167,8 +167,9 @@ def resolve_dtype(dtype: str) -> torch.dtype:
 
 
 def default_cache_dir() -> Path:
-    """Where trained checkpoints go when no cache dir is given: $DOBRUSHIN_CACHE or ~/.cache."""
-    return Path(os.environ.get("DOBRUSHIN_CACHE", "~/.cache/dobrushin-sweep")).expanduser()
+    """Where trained checkpoints go when no cache dir is given: $DOBRUSHIN_CACHE, else the
+    user's cache folder (`workers.exact.numba_cache.cache_home`)."""
+    return cache_home()
 
 
 def prepare_model(

@@ -86,12 +86,14 @@ def interrupt_between_draws() -> Iterator[threading.Event]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the baseline in-process; a progress bar on stderr from the first half second; Ctrl-C
+    """Run the baseline in-process; a progress bar on a terminal's stderr from the first half
+    second (none off a terminal: no carriage returns in a log); Ctrl-C
     stops it after the current draw (KeyboardInterrupt: `sweep.cli` exits 130)."""
     sizes = parse_sizes(args.sizes)
     nulls = parse_nulls(args.null or ["uniform"])
     total = args.trials * len(sizes) * len(nulls) if args.trials > 0 else None
-    with tqdm(total=total, unit="trial", delay=0.5, desc="baseline") as bar, \
+    with tqdm(total=total, unit="trial", delay=0.5, desc="baseline",
+              disable=None) as bar, \
             interrupt_between_draws() as interrupted:
 
         def step(done: int) -> None:

@@ -1,13 +1,17 @@
-"""`sweep plan CONFIG [--cluster FILE]`: the resolved config, inputs/shards/tasks per model,
-estimated store size and kernel work, what an existing store already holds, and what the cluster
-file would start. Computes nothing: no model is built, no weight loaded, no image decoded, nothing
-trained (sizes come from the specs: `workers.models.token_layout`); what it is doing goes to
-stderr. Exit code 1 when some model cannot be sized here (missing data or config), each named."""
+"""`sweep plan CONFIG [--cluster FILE] [--verbose] [--format json]`: inputs/shards/tasks per
+model, estimated store size and kernel work, what an existing store already holds and what cannot
+run; with --cluster the predicted seconds (--verbose: also the resolved config and what the
+cluster file would start; json: the same data). Computes nothing: no model is built, no weight
+loaded, no image decoded, nothing trained (sizes come from the specs:
+`workers.models.token_layout`); what it is doing goes to stderr. Exit code 1 when some model
+cannot be sized here (missing data or config), each named."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -16,25 +20,33 @@ from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
 from storage.location import locate
 from storage.store import redacted
-from sweep.clusters.client import check_store_fits_cluster, describe_cluster, load_cluster_config
+from sweep.clusters.config import load_cluster_config
 from sweep.config.load import default_config_path, load_config
 from sweep.config.schema import SweepConfig
-from sweep.driver.balance import balance_lines, cluster_pools
-from sweep.driver.freshness import measured_datasets
 from sweep.driver.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
-from sweep.driver.runner import error_line, gather_facts
-from workers.inputs import Dataset
+
+if TYPE_CHECKING:  # the imports that load torch or dask wait until the config is read
+    from sweep.clusters.config import ClusterConfig
+    from sweep.driver.balance import Pools
+    from workers.inputs import Dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "plan",
-        description="Print what `sweep run CONFIG` would do, without computing anything. "
-        "With no CONFIG, the bundled default sweep.",
+        description="Print what `sweep run CONFIG` would do, without computing anything: the "
+        "table of models and what cannot run (with --cluster, the predicted seconds). With no "
+        "CONFIG, the bundled default sweep.",
     )
     parser.add_argument("config", nargs="?", type=Path, help="sweep YAML (default: bundled)")
     parser.add_argument("--cluster", type=Path, default=None,
-                        help="also print what this cluster.yaml would start (SLURM scripts, ...)")
+                        help="also print what this cluster.yaml would start and the predicted "
+                        "seconds per stage")
+    parser.add_argument("-v", "--verbose", action="store_true",
+                        help="also the resolved config, every model's attention peak, the "
+                        "cluster's scripts or manifests and the cost constants' sources")
+    parser.add_argument("--format", choices=("text", "json"), default="text",
+                        help="json: the same data as one JSON object on stdout")
     parser.set_defaults(func=plan)
 
 
@@ -52,6 +64,8 @@ def check_size_early(config: SweepConfig) -> dict[str, Dataset]:
     lengths, before any input is tokenized; returns the datasets it opened (per model), or
     none when one cannot be opened here (the plan names that model, and `build_plan` checks
     the size of the rest)."""
+    from sweep.driver.freshness import measured_datasets
+
     try:
         datasets = measured_datasets(config)
     except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
@@ -65,6 +79,8 @@ def collect_facts(config: SweepConfig, *, progress: bool = False,
                   ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
     """Facts of every model that can be sized here; for the others, why not (one line each).
     `datasets`: the models' inputs where already opened (`check_size_early`)."""
+    from sweep.driver.runner import error_line, gather_facts
+
     facts, problems = {}, {}
     for name in config.models:
         try:
@@ -87,12 +103,21 @@ def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str
         return None, f"cannot be reached: {error}"
 
 
-def attention_lines(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
+def attention_lines(plan: SweepPlan, in_flight: int | None = None,
+                    every: bool = True) -> list[str]:
     """Per model, the peak attention bytes its `attention:` policy implies (`storage.attention`)
     next to what `keep` stores: in process one shard is in flight; on Dask, up to `in_flight`
-    (the cluster's GPU + CPU task slots, when known)."""
+    (the cluster's GPU + CPU task slots, when known). Without `every`, the models that keep
+    all their attention are one line."""
+    shown = [m for m in plan.models if every or m.kept is not None]
+    kept = len(plan.models) - len(shown)
     lines = ["attention (peak bytes the policy lets the store hold, next to keep's total):"]
-    for model in plan.models:
+    if not every and kept:
+        everything = "every model" if not shown else f"{kept} other models"
+        lines = [f"attention: {everything} keep{'s' if not shown else ''} all of it (peak = "
+                 f"the total above){':' if shown else ''}"]
+    width = max([22, *(len(m.name) for m in shown)])
+    for model in shown:
         peak = f"peak {human_bytes(model.peak_attention_bytes(1))} in process"
         if model.kept is not None and in_flight:
             peak += f", {human_bytes(model.peak_attention_bytes(in_flight))} with {in_flight} " \
@@ -100,67 +125,108 @@ def attention_lines(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
         elif model.kept is not None:
             peak += f", + {human_bytes(model.shard_size * model.input_bytes)} per further " \
                     f"shard in flight on Dask (up to its GPU + CPU task slots)"
-        lines.append(f"  {model.name:<22} {str(model.attention):<22} {peak}; keep: "
+        lines.append(f"  {model.name:<{width}} {str(model.attention):<22} {peak}; keep: "
                      f"{human_bytes(model.attention_bytes)}")
     return lines
 
 
-def describe(plan: SweepPlan, problems: dict[str, str],
-             in_flight: int | None = None) -> list[str]:
-    """The plan as printable lines: per model, the baseline, totals, the attention policy's
-    peak bytes (`attention_lines`) and problems."""
-    index, state = _store_markers(plan.config)
-    lines = ["", f"store: {plan.config.store} ({state})"]
-    header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
-              f"{'heads':>5} {'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} "
-              f"{'test work':>11}")
-    lines += ["", header]
-    total_bytes = total_work = total_tasks = 0
+def plan_rows(plan: SweepPlan, index: markers.MarkerIndex | None) -> list[dict[str, Any]]:
+    """One row per model, the baseline and the matched nulls: what `sweep run` would do
+    (`done`: tasks the store's markers already vouch for)."""
+
+    def done(tasks: list) -> int:
+        return sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
+
+    rows = []
     for model in plan.models:
         tasks = [t for t in plan.tasks
                  if getattr(t, "model", None) == model.name and t.stage != NULLS_STAGE]
-        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
-        total_bytes += model.attention_bytes
-        total_work += model.work
-        total_tasks += len(tasks)
-        lines.append(
-            f"{model.name:<24} {model.dataset_name:<14} {model.n_inputs:>7} {model.n_shards:>6} "
-            f"{model.n_layers:>6} {model.n_heads:>5} {model.t_max:>6} {len(tasks):>6} {done:>5} "
-            f"{human_bytes(model.attention_bytes):>11} {model.work:>11.3g}"
-        )
+        rows.append({"name": model.name, "dataset": model.dataset_name,
+                     "inputs": model.n_inputs, "shards": model.n_shards,
+                     "layers": model.n_layers, "heads": model.n_heads, "t_max": model.t_max,
+                     "tasks": len(tasks), "done": done(tasks),
+                     "attention_bytes": model.attention_bytes, "test_work": model.work,
+                     "attention_policy": str(model.attention)})
     if plan.baseline is not None:
         b = plan.baseline
         tasks = [t for t in plan.tasks if t.stage == "baseline"]
-        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
-        total_work += b.work
-        total_tasks += len(tasks)
-        lines.append(
-            f"{'baseline':<24} {'sizes ' + str(len(b.sizes)):<14} {b.trials:>7} "
-            f"{b.n_chunks:>6} {'':>6} {max(b.sizes):>6} {len(tasks):>6} {done:>5} "
-            f"{'':>11} {b.work:>11.3g}"
-        )
+        rows.append({"name": "baseline", "dataset": f"sizes {len(b.sizes)}", "inputs": b.trials,
+                     "shards": b.n_chunks, "layers": None, "heads": None, "t_max": max(b.sizes),
+                     "tasks": len(tasks), "done": done(tasks), "attention_bytes": None,
+                     "test_work": b.work, "attention_policy": None})
     if plan.matched_nulls is not None:
         m = plan.matched_nulls
         tasks = [t for t in plan.tasks if t.stage == NULLS_STAGE]
-        done = sum(index is not None and index.done(t.scope, t.marker) for t in tasks)
-        total_tasks += len(tasks)
+        rows.append({"name": "matched nulls", "dataset": f"nulls {len(m.nulls)}",
+                     "inputs": m.trials, "shards": m.n_chunks, "layers": None, "heads": None,
+                     "t_max": None, "tasks": len(tasks), "done": done(tasks),
+                     "attention_bytes": None, "test_work": None, "attention_policy": None})
+    return rows
+
+
+def table_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """The rows as a fixed-width table (inputs: trials for the baseline and nulls)."""
+    width = max([24, *(len(row["name"]) + 1 for row in rows)])
+    lines = [f"{'model':<{width}} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
+             f"{'heads':>5} {'T_max':>6} {'tasks':>6} {'done':>5} {'attention':>11} "
+             f"{'test work':>11}"]
+    for row in rows:
+        cell = {key: "" if value is None else value for key, value in row.items()}
+        size = "" if row["attention_bytes"] is None else human_bytes(row["attention_bytes"])
+        work = "" if row["test_work"] is None else f"{row['test_work']:.3g}"
         lines.append(
-            f"{'matched nulls':<20} {'nulls ' + str(len(m.nulls)):<14} {m.trials:>7} "
-            f"{m.n_chunks:>6} {'':>6} {'':>6} {len(tasks):>6} {done:>5}"
-        )
-    lines += [
-        "",
-        f"total: {total_tasks} tasks; attention {human_bytes(total_bytes)} uncompressed "
-        f"(float32, padded to T_max); test work {total_work:.3g} pair-elements "
-        f"(sum of L * T^3/2 per token set and stored head: an upper bound)",
-        f"preparation (training) and extraction tasks take the GPU resource, test and baseline "
-        f"tasks the CPU resource; "
-        f"checkpoints cache: {plan.config.checkpoint_dir}",
-        *attention_lines(plan, in_flight),
-    ]
+            f"{row['name']:<{width}} {row['dataset']:<14} {row['inputs']:>7} {row['shards']:>6} "
+            f"{cell['layers']:>6} {cell['heads']:>5} {cell['t_max']:>6} {row['tasks']:>6} "
+            f"{row['done']:>5} {size:>11} {work:>11}".rstrip())
+    return lines
+
+
+def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tasks, attention bytes and test work summed over the rows."""
+    return {"tasks": sum(row["tasks"] for row in rows),
+            "done": sum(row["done"] for row in rows),
+            "attention_bytes": sum(row["attention_bytes"] or 0 for row in rows),
+            "test_work": sum(row["test_work"] or 0 for row in rows)}
+
+
+def describe(plan: SweepPlan, problems: dict[str, str],
+             in_flight: int | None = None, verbose: bool = True) -> list[str]:
+    """The plan as printable lines: the table (per model, the baseline, the nulls), totals, the
+    attention policy's peak bytes (`attention_lines`; every model's when `verbose`) and the
+    models that cannot be sized here, last."""
+    index, state = _store_markers(plan.config)
+    rows = plan_rows(plan, index)
+    total = totals(rows)
+    lines = [f"store: {plan.config.store} ({state})", "", *table_lines(rows), "",
+             f"total: {total['tasks']} tasks ({total['done']} done); attention "
+             f"{human_bytes(total['attention_bytes'])} uncompressed (float32, padded to T_max); "
+             f"test work {total['test_work']:.3g} pair-elements (an upper bound)"]
+    if verbose:
+        lines += [
+            "test work: the sum of L * T^3/2 per token set and stored head",
+            f"preparation (training) and extraction tasks take the GPU resource, test and "
+            f"baseline tasks the CPU resource; checkpoints cache: {plan.config.checkpoint_dir}",
+        ]
+    lines += attention_lines(plan, in_flight, every=verbose)
     for name, problem in problems.items():
         lines.append(f"model {name}: cannot be sized here: {problem}")
     return lines
+
+
+def plan_json(config: SweepConfig, plan: SweepPlan, problems: dict[str, str],
+              pools: Pools | None, cluster_text: str | None) -> dict[str, Any]:
+    """What the text shows, as JSON data: the resolved config, the rows, totals, problems and,
+    with a cluster, its description and the predicted seconds per model."""
+    from sweep.driver.balance import predictions
+
+    index, state = _store_markers(config)
+    rows = plan_rows(plan, index)
+    out: dict[str, Any] = {"config": redacted(config.resolved()), "store": config.store,
+                           "store_state": state, "rows": rows, "total": totals(rows),
+                           "problems": problems}
+    if cluster_text is not None:
+        out["cluster"] = {"description": cluster_text, "prediction": predictions(plan, pools)}
+    return out
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -169,22 +235,49 @@ def plan(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config)
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
-    print("resolved config:")
-    print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
+    text = args.format == "text"
+    from sweep.clusters.client import check_store_fits_cluster, describe_cluster
+    from sweep.driver.balance import balance_lines, cluster_pools
+
+    if text and args.verbose:
+        print("resolved config:")
+        print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
+        print()
+    elif text:
+        print(f"sweep plan: {len(config.models)} models")
     datasets = check_size_early(config)
     facts, problems = collect_facts(config, progress=True, datasets=datasets)
     sweep_plan = build_plan(config, facts)
     pools = None if cluster is None else cluster_pools(cluster)
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
-    for line in describe(sweep_plan, problems, in_flight):
-        print(line)
+    refusal = None
     if cluster is not None:
-        print()
-        print(describe_cluster(cluster))
         try:
             check_store_fits_cluster(cluster, config.store_ref)
         except InputError as error:
-            print(f"\nthis cluster cannot run this sweep: {error}")
-            problems["cluster"] = str(error)
-        print("\n".join(["", *balance_lines(sweep_plan, pools)]))
+            refusal = str(error)
+            problems["cluster"] = refusal
+    if not text:
+        cluster_text = None if cluster is None else describe_cluster(cluster)
+        print(json.dumps(plan_json(config, sweep_plan, problems, pools, cluster_text),
+                         indent=1, default=str))
+        return 1 if problems else 0
+    for line in describe(sweep_plan, {k: v for k, v in problems.items() if k != "cluster"},
+                         in_flight, verbose=args.verbose):
+        print(line)
+    if cluster is not None:
+        print()
+        print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))
+        if refusal is not None:
+            print(f"\nthis cluster cannot run this sweep: {refusal}")
+        print("\n".join(["", *balance_lines(sweep_plan, pools, constants=args.verbose)]))
     return 1 if problems else 0
+
+
+def cluster_summary(cluster: ClusterConfig, pools: Pools | None) -> str:
+    """One line: the cluster's kind and pools (`--verbose`: its scripts or manifests)."""
+    if pools is None:
+        return f"cluster: {cluster.kind} (an existing scheduler: its pools are unknown here)"
+    return (f"cluster: {cluster.kind}, {pools.extract_slots} extraction worker(s) "
+            f"({pools.gpus} GPU(s)), {pools.cpu_cores} CPU core(s) for tests "
+            f"(--verbose: what it would start)")

@@ -12,34 +12,32 @@ from pathlib import Path
 from storage.errors import InputError, StoreDamagedError
 from storage.integrity import SIZE, damage_message, scan_store
 from storage.location import StoreLike, locate
-from storage.query import open_results
 from storage.store import open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import check_writable_folder
-from sweep.report.html import render_html
-from sweep.report.intervals import CI_METHODS, DEFAULT_RESAMPLES, Bootstrap
-from sweep.report.plots import CAPTIONS, report_figures, write_plots
-from sweep.report.tables import RENDERERS, build_report, render_csv, table_names
+from sweep.cli.report_cache import ReportCache, entry_key
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    """Add the `report` subcommand."""
+    """Add the `report` subcommand (its choices are FORMATS, CI_METHODS, DEFAULT_RESAMPLES:
+    `sweep.report` itself loads pandas, which a cached report does not need)."""
     parser = subparsers.add_parser(
         "report",
         description="Print the study's tables (headline, per layer, depth, special tokens, "
         "baseline, whole rollout) for a sweep store, partial or complete.",
     )
     add_store_argument(parser)
-    parser.add_argument("--format", choices=sorted(RENDERERS),
+    parser.add_argument("--format", choices=FORMATS,
                         help="md (the default without --html): all sections; csv: the per-layer "
                         "rates; json: one object (rates, summary, baseline and the other "
                         "sections)")
     parser.add_argument("--html", metavar="FILE", type=Path,
                         help="write the whole report with its figures as one self-contained HTML "
                         "page (opens offline); stdout then carries --format only if given")
-    parser.add_argument("--table", choices=table_names(), default="rates",
-                        help="with --format csv: which table (default: the per-layer rates; "
-                        "controls: each model against its random-init control)")
+    parser.add_argument("--table", default="rates",
+                        help="with --format csv: which table, by its key in --format json "
+                        "(default: the per-layer rates; controls: each model against its "
+                        "random-init control)")
     parser.add_argument("--plots", metavar="DIR", type=Path,
                         help="also write PNG figures (depth, baseline, margins) into DIR")
     parser.add_argument("--tol", type=float, metavar="T",
@@ -53,7 +51,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help=f"bootstrap resamples per interval (default {DEFAULT_RESAMPLES})")
     parser.add_argument("--seed", type=int, default=0, metavar="S",
                         help="bootstrap seed (default 0)")
+    parser.add_argument("--no-cache", action="store_true",
+                        help="compute everything again and keep nothing (by default what was "
+                        "computed from the store is kept in the user's cache folder, "
+                        "$SWEEP_CACHE_DIR to choose another, and reused while the store, the "
+                        "options and the code are unchanged)")
     parser.set_defaults(func=run)
+
+
+FORMATS = ("csv", "json", "md")
+"""`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
+CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
+DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
 
 
 def check_readable(store: StoreLike) -> None:
@@ -78,33 +87,87 @@ def check_html_path(path: Path) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the report of `args.store` on stdout; figures go to `args.plots`. Damage is one
-    line (exit 4) naming the damaged variables, never a traceback."""
+    line (exit 4) naming the damaged variables, never a traceback. What it renders is kept in
+    the report cache (`sweep.cli.report_cache`) unless --no-cache: a second rendering of an
+    unchanged store reads it back (--plots always computes)."""
     store = store_ref(args)
-    check_readable(store)
     if args.plots is not None:
         check_writable_folder(args.plots, "--plots")
     if args.html is not None:
         check_html_path(args.html)
+    if args.resamples < 1:
+        raise InputError(f"--resamples {args.resamples}: give at least 1")
     fmt = args.format or ("md" if args.html is None else None)
+    name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else fmt
+    options = {"store": str(args.store), "tol": args.tol, "ci": args.ci,
+               "resamples": args.resamples, "seed": args.seed}
+    location = locate(store)
+    key = None if args.no_cache else entry_key(location, options)
+    cache = None if key is None else ReportCache(key)
+    if cache is not None and args.plots is None:
+        text = b"" if name is None else cache.read(name)
+        page = None if args.html is None else cache.read("html")
+        if text is not None and (args.html is None or page is not None):
+            return write_outputs(text.decode(), args.html, page, [])
+    text, page, written = render(store, args, fmt, cache)
+    if cache is not None and entry_key(location, options) == key:  # unchanged meanwhile
+        if name is not None:
+            cache.write(name, text.encode())
+        if page is not None:
+            cache.write("html", page)
+    return write_outputs(text, args.html, page, written)
+
+
+def write_outputs(text: str, html: Path | None, page: bytes | None,
+                  written: list[Path]) -> int:
+    """Write the HTML page (if any), the text on stdout, and name the files written."""
+    if html is not None and page is not None:
+        html.parent.mkdir(parents=True, exist_ok=True)  # as --plots does
+        html.write_bytes(page)
+        written = [*written, html]
+    sys.stdout.write(text)
+    for path in written:
+        print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
+           cache: ReportCache | None) -> tuple[str, bytes | None, list[Path]]:
+    """The text of `fmt`, the HTML page (with --html) and the figures written (--plots),
+    computed from the store; the `Report` object is kept in `cache` for the other formats."""
+    from storage.query import open_results
+    from sweep.report.html import render_html
+    from sweep.report.intervals import Bootstrap
+    from sweep.report.plots import CAPTIONS, report_figures, write_plots
+    from sweep.report.tables import RENDERERS, build_report, render_csv, table_names
+
+    if fmt == "csv" and args.table not in table_names():
+        raise InputError(f"--table {args.table}: not a table of the report; one of "
+                         f"{', '.join(table_names())}")
+    report = None if cache is None else cache.load("report.pickle")
+    if report is None or args.plots is not None or args.html is not None:
+        check_readable(store)  # a kept Report was built from this very store, checked then
     try:
         with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
-            tree = open_results(store)
-            if args.resamples < 1:
-                raise InputError(f"--resamples {args.resamples}: give at least 1")
-            report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
-                                  bootstrap=Bootstrap(args.resamples, args.seed))
+            tree = None
+            if report is None or args.plots is not None or args.html is not None:
+                tree = open_results(store)
+            if report is None:
+                report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
+                                      bootstrap=Bootstrap(args.resamples, args.seed))
+                if cache is not None:
+                    cache.dump("report.pickle", report)
             if fmt == "csv":
                 text = render_csv(report, args.table)
             else:
                 text = RENDERERS[fmt](report) if fmt else ""
             written = write_plots(tree, report, args.plots) if args.plots is not None else []
+            page = None
             if args.html is not None:
                 figures = {name: (figure, CAPTIONS[name])
                            for name, figure in report_figures(tree, report).items()}
-                args.html.parent.mkdir(parents=True, exist_ok=True)  # as --plots does
-                args.html.write_text(render_html(report, figures), encoding="utf-8")
-                written.append(args.html)
+                page = render_html(report, figures).encode("utf-8")
     except (InputError, OSError, KeyboardInterrupt):
         raise
     except Exception:  # a chunk that does not decode: name it if the checksums do
@@ -112,7 +175,4 @@ def run(args: argparse.Namespace) -> int:
         if damaged:
             raise StoreDamagedError(damage_message(store, damaged)) from None
         raise
-    sys.stdout.write(text)
-    for path in written:
-        print(f"wrote {path}", file=sys.stderr)
-    return 0
+    return text, page, written

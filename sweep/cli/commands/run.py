@@ -6,18 +6,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sweep.clusters.client import check_store_fits_cluster, load_cluster_config, open_client
+from sweep.clusters.config import load_cluster_config
 from sweep.config.load import default_config_path, load_config
-from sweep.driver.devices import check_devices
-from sweep.driver.graph import DaskExecutor
-from sweep.driver.runner import (
-    InProcessExecutor,
-    execute_plan,
-    interrupted_run,
-    locked,
-    materialise,
-    naming_the_store,
-)
 from sweep.terminal.interrupts import Interrupted
 
 
@@ -60,6 +50,19 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(default_config_path(), base=Path.cwd())
     else:
         config = load_config(args.config)
+    # What loads torch and dask waits until the config is read: its errors come first.
+    from sweep.clusters.client import check_store_fits_cluster, open_client
+    from sweep.driver.devices import check_devices
+    from sweep.driver.graph import DaskExecutor
+    from sweep.driver.runner import (
+        InProcessExecutor,
+        execute_plan,
+        interrupted_run,
+        locked,
+        materialise,
+        naming_the_store,
+    )
+
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
     if cluster is not None:
