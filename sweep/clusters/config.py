@@ -71,6 +71,12 @@ class LocalConfig(_Spec):
     pools: dict[str, LocalPool] | None = Field(
         None, description="explicit pools replacing the machine-sized default"
     )
+    host: str = Field(
+        "127.0.0.1", min_length=1,
+        description="the address every listener binds (scheduler, workers, nannies, "
+        "dashboards); another than loopback lets the network run code in the sweep: secure "
+        "it with TLS (docs/faults.md, 'Who can reach the local cluster')",
+    )
     processes: Literal["auto"] | bool = Field(
         "auto",
         description="workers as processes (true) or as threads of the sweep's own process "

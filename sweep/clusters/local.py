@@ -12,7 +12,8 @@ import logging
 import os
 from collections.abc import Sequence
 
-from distributed import Nanny, Scheduler, SpecCluster, Worker
+from distributed import Nanny, Scheduler, Security, SpecCluster, Worker
+from distributed.comm.addressing import unparse_host_port
 from distributed.system import MEMORY_LIMIT
 
 from storage.errors import InputError
@@ -74,11 +75,14 @@ def use_processes(cfg: LocalConfig, pools: dict[str, LocalPool]) -> bool:
     return cfg.processes
 
 
-def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
-                 processes: bool = True) -> dict[str, dict]:
+def worker_specs(pools: dict[str, LocalPool], memory_limit: str, processes: bool = True,
+                 host: str = "127.0.0.1", security: Security | None = None
+                 ) -> dict[str, dict]:
     """SpecCluster worker specs named `<pool>-<i>`, with resources, threads and thread env vars
     (processes), or in-process `Worker`s with resources and threads (threads: they share this
-    process's memory, so `auto` gives each the whole machine's limit)."""
+    process's memory, so `auto` gives each the whole machine's limit). Every listener (a
+    nanny's, its worker's, the worker's HTTP server) binds `host`, with `security` (TLS when
+    Dask's configuration asks for it)."""
     total = sum(pool.workers for pool in pools.values())
     if memory_limit == "auto":
         memory_limit = str(MEMORY_LIMIT // max(total, 1) if processes else MEMORY_LIMIT)
@@ -89,6 +93,8 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
             "resources": dict(pool.resources),
             "memory_limit": memory_limit,
             "silence_logs": logging.WARNING,
+            "host": host,  # a Nanny passes it to its worker (else: every interface)
+            "security": security,
         }
         if processes:
             env = {name: str(pool.threads) for name in THREAD_VARIABLES}
@@ -101,16 +107,31 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
     return specs
 
 
+def bound_dashboard(dashboard_address: str, host: str) -> str:
+    """The dashboard's address with `host` where it names none (`:8787`, `8787`): distributed
+    binds a host-less dashboard to every interface."""
+    head, sep, port = dashboard_address.rpartition(":")
+    if head or not port.isdigit():
+        return dashboard_address
+    return unparse_host_port(host, int(port))
+
+
 def start_local(cfg: ClusterConfig) -> SpecCluster:
-    """Start the local cluster described by `cfg.local`; the caller closes it."""
+    """Start the local cluster described by `cfg.local`, every listener bound to
+    `cfg.local.host` (loopback unless the cluster file says otherwise) and speaking TLS when
+    Dask's configuration asks for it (`distributed.comm.require-encryption`, docs/faults.md);
+    the caller closes it."""
     pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
+    host, security = cfg.local.host, Security()  # Security(): the TLS settings of Dask's config
     scheduler = {
         "cls": Scheduler,
-        "options": {"host": "127.0.0.1", "dashboard_address": cfg.dashboard_address},
+        "options": {"host": host, "security": security,
+                    "dashboard_address": bound_dashboard(cfg.dashboard_address, host)},
     }
     processes = use_processes(cfg.local, pools)
     return SpecCluster(
-        workers=worker_specs(pools, cfg.local.memory_limit, processes),
+        workers=worker_specs(pools, cfg.local.memory_limit, processes, host, security),
+        security=security,
         scheduler=scheduler,
         silence_logs=logging.WARNING,
         name="sweep-local",
