@@ -2,7 +2,9 @@
 estimated store size and kernel work, what an existing store already holds, and what the cluster
 file would start. Computes nothing: no model is built, no weight loaded, no image decoded, nothing
 trained (sizes come from the specs: `workers.models.token_layout`); what it is doing goes to
-stderr. Exit code 1 when some model cannot be sized here (missing data or config), each named."""
+stderr. It refuses what `sweep run` refuses, by the same calls and before printing anything
+(the cluster against the store, the config against the store, the datasets, the sizes): one
+line on stderr and the exit code of the cause."""
 
 from __future__ import annotations
 
@@ -16,14 +18,13 @@ from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
 from storage.location import locate
 from storage.store import redacted
-from sweep.clusters.client import check_store_fits_cluster, describe_cluster, load_cluster_config
+from sweep.clusters.client import describe_cluster, load_cluster_config
 from sweep.config.load import default_config_path, load_config
 from sweep.config.schema import SweepConfig
 from sweep.driver.balance import balance_lines, cluster_pools
-from sweep.driver.freshness import measured_datasets
-from sweep.driver.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
-from sweep.driver.runner import error_line, gather_facts
-from workers.inputs import Dataset
+from sweep.driver.plan import SweepPlan
+from sweep.driver.preflight import check_cluster
+from sweep.driver.runner import check_config, sized_plan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -45,34 +46,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
-
-
-def check_size_early(config: SweepConfig) -> dict[str, Dataset]:
-    """Refuse a sweep of more tasks than one plans (`check_plan_size`) from its datasets'
-    lengths, before any input is tokenized; returns the datasets it opened (per model), or
-    none when one cannot be opened here (the plan names that model, and `build_plan` checks
-    the size of the rest)."""
-    try:
-        datasets = measured_datasets(config)
-    except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
-        return {}
-    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
-    return datasets
-
-
-def collect_facts(config: SweepConfig, *, progress: bool = False,
-                  datasets: dict[str, Dataset] | None = None
-                  ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
-    """Facts of every model that can be sized here; for the others, why not (one line each).
-    `datasets`: the models' inputs where already opened (`check_size_early`)."""
-    facts, problems = {}, {}
-    for name in config.models:
-        try:
-            facts[name] = gather_facts(config, name, progress=progress,
-                                       dataset=(datasets or {}).get(name))
-        except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
-            problems[name] = error_line(error)
-    return facts, problems
 
 
 def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str]:
@@ -105,10 +78,9 @@ def attention_lines(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
     return lines
 
 
-def describe(plan: SweepPlan, problems: dict[str, str],
-             in_flight: int | None = None) -> list[str]:
-    """The plan as printable lines: per model, the baseline, totals, the attention policy's
-    peak bytes (`attention_lines`) and problems."""
+def describe(plan: SweepPlan, in_flight: int | None = None) -> list[str]:
+    """The plan as printable lines: per model, the baseline, totals and the attention policy's
+    peak bytes (`attention_lines`)."""
     index, state = _store_markers(plan.config)
     lines = ["", f"store: {plan.config.store} ({state})"]
     header = (f"{'model':<24} {'dataset':<14} {'inputs':>7} {'shards':>6} {'layers':>6} "
@@ -158,8 +130,6 @@ def describe(plan: SweepPlan, problems: dict[str, str],
         f"checkpoints cache: {plan.config.checkpoint_dir}",
         *attention_lines(plan, in_flight),
     ]
-    for name, problem in problems.items():
-        lines.append(f"model {name}: cannot be sized here: {problem}")
     return lines
 
 
@@ -169,22 +139,18 @@ def plan(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config)
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
+    # what `sweep run CONFIG [--cluster FILE]` refuses before it writes, in its order
+    check_cluster(config, cluster if cluster is not None else load_cluster_config(None))
+    check_config(config)
+    sweep_plan = sized_plan(config, progress=True)[0]
     print("resolved config:")
     print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
-    datasets = check_size_early(config)
-    facts, problems = collect_facts(config, progress=True, datasets=datasets)
-    sweep_plan = build_plan(config, facts)
     pools = None if cluster is None else cluster_pools(cluster)
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
-    for line in describe(sweep_plan, problems, in_flight):
+    for line in describe(sweep_plan, in_flight):
         print(line)
     if cluster is not None:
         print()
         print(describe_cluster(cluster))
-        try:
-            check_store_fits_cluster(cluster, config.store_ref)
-        except InputError as error:
-            print(f"\nthis cluster cannot run this sweep: {error}")
-            problems["cluster"] = str(error)
         print("\n".join(["", *balance_lines(sweep_plan, pools)]))
-    return 1 if problems else 0
+    return 0

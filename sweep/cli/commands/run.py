@@ -6,10 +6,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from sweep.clusters.client import check_store_fits_cluster, load_cluster_config, open_client
+from sweep.clusters.client import load_cluster_config, open_client
 from sweep.config.load import default_config_path, load_config
-from sweep.driver.devices import check_devices
 from sweep.driver.graph import DaskExecutor
+from sweep.driver.preflight import check_cluster
 from sweep.driver.runner import (
     InProcessExecutor,
     execute_plan,
@@ -62,10 +62,7 @@ def run(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
-    if cluster is not None:
-        check_store_fits_cluster(cluster, config.store_ref)
-    if cluster is None or cluster.kind == "local":
-        check_devices(config)  # remote workers may have GPUs this machine lacks
+    check_cluster(config, cluster)  # `sweep plan` refuses what `sweep run` refuses: same calls
     reextract = args.reextract_attention
     with locked(config, break_lock=args.break_lock, force=args.force, reextract=reextract):
         try:
