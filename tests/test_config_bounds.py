@@ -109,7 +109,7 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
         tmp_path, monkeypatch, capsys):
     """`sweep plan` counts tasks from the datasets' lengths, as `sweep run` does, before it
     tokenizes 100,002 lines to size each model."""
-    import sweep.cli.commands.plan
+    import sweep.driver.runner
     from sweep.cli.entry import main
 
     n = MAX_PLAN_TASKS // 4 + 1
@@ -123,7 +123,7 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
     def tokenize(*args, **kwargs):
         raise AssertionError("tokenized before the size check")
 
-    monkeypatch.setattr(sweep.cli.commands.plan, "gather_facts", tokenize)
+    monkeypatch.setattr(sweep.driver.runner, "gather_facts", tokenize)  # sweep run's sizing
     assert main(["plan", str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"the sweep plans {4 * n} tasks" in err[0], err

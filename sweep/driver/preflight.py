@@ -163,14 +163,16 @@ def _refuse(store: StoreLike, problems: list[tuple[str, list[str]]]) -> None:
         )
 
 
-def check_before_lock(config: SweepConfig) -> None:
+def check_before_lock(config: SweepConfig, *, read_images: bool = True) -> None:
     """Everything the config alone decides, before the lock file or a checkpoint is written:
     models and their weights files, image headers, the store path, every finished group
     against the config, and edited text inputs against their group's token length
     (`sweep.driver.token_fit`; devices are checked by `sweep run` for local runs:
-    `sweep.driver.devices`)."""
+    `sweep.driver.devices`). `read_images=False` (`sweep plan`, which opens no image) skips
+    the image headers and pixels."""
     check_models(config)
-    check_inputs(config)
+    if read_images:
+        check_inputs(config)
     if not check_store_path(config.store_ref):
         return
     groups = _finished_groups(config.store_ref, list(config.models))

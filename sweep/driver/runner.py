@@ -401,11 +401,13 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
     return summary
 
 
-def check_config(config: SweepConfig, *, reextract: bool = False) -> None:
+def check_config(config: SweepConfig, *, reextract: bool = False,
+                 read_images: bool = True) -> None:
     """What the config alone decides against the store, before the lock (`sweep run`) or
-    before anything is printed (`sweep plan`): `sweep.driver.preflight.check_before_lock`, and an
-    `attention` policy wanting dropped attention back without `reextract`."""
-    check_before_lock(config)
+    before anything is printed (`sweep plan`, `read_images=False`):
+    `sweep.driver.preflight.check_before_lock`, and an `attention` policy wanting dropped
+    attention back without `reextract`."""
+    check_before_lock(config, read_images=read_images)
     check_attention_change(config, reextract=reextract)
 
 

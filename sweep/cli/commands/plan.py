@@ -141,7 +141,7 @@ def plan(args: argparse.Namespace) -> int:
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     # what `sweep run CONFIG [--cluster FILE]` refuses before it writes, in its order
     check_cluster(config, cluster if cluster is not None else load_cluster_config(None))
-    check_config(config)
+    check_config(config, read_images=False)  # a plan opens no image: damage is run's to find
     sweep_plan = sized_plan(config, progress=True)[0]
     print("resolved config:")
     print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
