@@ -23,7 +23,9 @@ def masked_text(text: str) -> str:
     """`text` with every `NAME=value` of a secret-looking NAME as `NAME=***`, and URLs'
     userinfo hidden (`storage.location.redact_url`)."""
     def hide(match: re.Match) -> str:
-        return f"{match['name']}={MASK}" if secret_looking(match["name"]) else match[0]
+        if secret_looking(match["name"]):
+            return f"{match['name']}={MASK}"
+        return f"{match['name']}={masked_text(match['value'])}"  # --export=ALL,HF_TOKEN=...
 
     return _ASSIGNMENT.sub(hide, redact_url(text))
 
