@@ -135,3 +135,17 @@ def test_a_host_in_the_cluster_file_reaches_every_listener():
     assert bound_dashboard(":8787", "127.0.0.1") == "127.0.0.1:8787"
     assert bound_dashboard("8787", "::1") == "[::1]:8787"
     assert bound_dashboard("0.0.0.0:8787", "127.0.0.1") == "0.0.0.0:8787"  # asked for
+
+
+def test_a_local_cluster_off_loopback_without_tls_is_warned_about():
+    import dask
+
+    from sweep.clusters.config import ClusterConfig, LocalConfig
+    from sweep.clusters.local import exposure_warning
+
+    assert exposure_warning(ClusterConfig()) is None
+    assert exposure_warning(ClusterConfig(local=LocalConfig(host="::1"))) is None
+    line = exposure_warning(ClusterConfig(local=LocalConfig(host="10.1.2.3")))
+    assert line is not None and "10.1.2.3 without TLS" in line and "docs/faults.md" in line
+    with dask.config.set({"distributed.comm.require-encryption": True}):
+        assert exposure_warning(ClusterConfig(local=LocalConfig(host="10.1.2.3"))) is None

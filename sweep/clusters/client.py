@@ -24,7 +24,13 @@ from storage.errors import InputError
 from storage.location import StoreRef
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
-from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
+from sweep.clusters.local import (
+    cuda_devices,
+    exposure_warning,
+    local_pools,
+    start_local,
+    use_processes,
+)
 from sweep.clusters.masking import masked, masked_text
 from sweep.clusters.slurm import job_scripts, start_slurm
 from sweep.terminal.quiet_logs import quiet_shutdown, restored_log_levels
@@ -71,6 +77,8 @@ def open_client(cfg: ClusterConfig, *, out: TextIO | None = None,
         stack.callback(quiet_shutdown)  # first on the way out: closing logs are no fault
         link = client.dashboard_link or "unavailable (install bokeh>=3.1 to serve it)"
         print(f"sweep: {cfg.kind} cluster, dashboard {link}", file=out)
+        if (warning := exposure_warning(cfg)) is not None:
+            print(warning, file=out)
         yield client
 
 

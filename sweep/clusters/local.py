@@ -8,6 +8,7 @@ time per worker) and the test tasks share the same cores.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Sequence
@@ -114,6 +115,21 @@ def bound_dashboard(dashboard_address: str, host: str) -> str:
     if head or not port.isdigit():
         return dashboard_address
     return unparse_host_port(host, int(port))
+
+
+def exposure_warning(cfg: ClusterConfig) -> str | None:
+    """A line to print when the local cluster listens off loopback without TLS: anyone who
+    reaches a worker can run code in it (docs/faults.md, "Who can reach the local cluster")."""
+    host = cfg.local.host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if cfg.kind != "local" or loopback or Security().require_encryption:
+        return None
+    return (f"sweep: warning: the local cluster listens on {cfg.local.host} without TLS: anyone "
+            f"who reaches it can run code in this sweep; require TLS in Dask's configuration "
+            f"(docs/faults.md, \"Who can reach the local cluster\") or set local.host: 127.0.0.1")
 
 
 def start_local(cfg: ClusterConfig) -> SpecCluster:
