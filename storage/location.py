@@ -57,7 +57,7 @@ CREDENTIALS_FIX = ("set them in the environment (AWS_ACCESS_KEY_ID and AWS_SECRE
                    "GOOGLE_APPLICATION_CREDENTIALS, AZURE_STORAGE_*), a profile, or the "
                    "machine's role (docs/storage.md)")
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_ENDPOINT_URL_S3")  # read by the S3 clients
-_AUTHORITY = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<authority>[^/?#\s]*)")
+_URL = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<rest>[^\s'\"<>]*)")
 BACKENDS = ("obstore", "fsspec")
 PARALLEL = 16  # concurrent requests of read_many / infos on an object store
 RETRIES = {"max_retries": 3, "retry_timeout": datetime.timedelta(seconds=30)}  # default: 10, 3 min
@@ -107,20 +107,33 @@ def redact_url(text: str) -> str:
     """`text` with the userinfo (`user:password@`) of every URL in it replaced by `***@`: what
     every message, attribute, marker and report passes a text that may quote a URL through."""
     def hide(match: re.Match) -> str:
-        authority = match["authority"]
-        if "@" not in authority:
-            return match[0]
-        return f"{match['scheme']}***@{authority.rpartition('@')[2]}"
+        at = _userinfo_end(match["rest"], schemed=True)
+        return match[0] if at < 0 else f"{match['scheme']}***@{match['rest'][at + 1:]}"
 
-    return _AUTHORITY.sub(hide, text) if "@" in text else text
+    return _URL.sub(hide, text) if "@" in text else text
+
+
+def _userinfo_end(rest: str, schemed: bool) -> int:
+    """The index in `rest` (a URL after its `scheme://`, or a scheme-less address such as
+    `host:port`) of the `@` that ends a userinfo, or -1. A password holding `/`, `?` or `#`
+    (which end a URL's authority: `key:se/cret@host`) counts too: its `user:` is followed by
+    no port, or by a query or fragment before an `@`; then everything up to the last `@` is
+    taken for the userinfo (hiding too much rather than a part of the secret)."""
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    authority = rest[:end]
+    user, colon, port = authority.rpartition("@")[2].partition(":")
+    if "@" in authority:
+        return authority.rfind("@") if schemed or ":" in authority.partition("@")[0] else -1
+    if "@" not in rest[end:] or not colon or (not schemed and len(user) < 2):  # C:/a@b
+        return -1
+    return rest.rfind("@") if not port.isdigit() or rest[end] in "?#" else -1
 
 
 def has_userinfo(url: str) -> bool:
-    """Whether `url` names a user or password before its host (`scheme://user:secret@host`;
-    also `user:secret@host:port` without a scheme)."""
+    """Whether `url` names a user or password before its host (`scheme://user:secret@host`,
+    also with `/`, `?` or `#` in the secret; `user:secret@host:port` without a scheme)."""
     head, sep, rest = url.partition("://")
-    authority = (rest if sep else head).split("/", 1)[0].split("?", 1)[0].split("#", 1)[0]
-    return "@" in authority and (bool(sep) or ":" in authority.partition("@")[0])
+    return _userinfo_end(rest if sep else head, schemed=bool(sep)) >= 0
 
 
 def check_no_userinfo(url: str, where: str, fix: str = "") -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from sweep.cli.commands import plan as plan_command
 from sweep.cli.entry import main
 from sweep.clusters.config import load_cluster_config
 from sweep.config.load import parse_config
+from sweep.driver import runner
 from sweep.driver.balance import (
     CONSTANTS,
     Pools,
@@ -140,7 +140,8 @@ def test_sweep_plan_with_a_cluster_prints_the_balance(tmp_path, capsys, monkeypa
         "models: {vit-b: {source: tiny-vit, dataset: photos}}\n"
     )
     facts = {"vit-b": FACTS["vit-b"]}  # sizing a model is the driver's business, not this test's
-    monkeypatch.setattr(plan_command, "collect_facts", lambda config, **_: (facts, {}))
+    monkeypatch.setattr(runner, "sized_plan",
+                        lambda config, **_: (build_plan(config, facts), facts, {}))
     assert main(["plan", str(config), "--cluster", str(REPO / "cluster.yaml")]) == 0
     out = capsys.readouterr().out
     assert "balance (predicted from measured constants" in out

@@ -123,7 +123,7 @@ def test_sweep_plan_refuses_a_too_large_plan_before_tokenizing_any_input(
     def tokenize(*args, **kwargs):
         raise AssertionError("tokenized before the size check")
 
-    monkeypatch.setattr(sweep.driver.runner, "gather_facts", tokenize)
+    monkeypatch.setattr(sweep.driver.runner, "gather_facts", tokenize)  # sweep run's sizing
     assert main(["plan", str(path)]) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(err) == 1 and f"the sweep plans {4 * n} tasks" in err[0], err

@@ -24,7 +24,7 @@ ORDER: dict[str, list[str]] = {
     "sweep": ["terminal", "config", "clusters", "driver", "report show", "cli", "*"],
     "sweep.terminal": ["faults interrupts progress quiet_logs", "*"],
     "sweep.config": ["yaml_io", "schema", "controls seeds", "load", "*"],
-    "sweep.clusters": ["config", "local slurm kubernetes", "shapes", "client", "*"],
+    "sweep.clusters": ["config", "masking local slurm kubernetes", "shapes", "client", "*"],
     "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
                      "preflight", "runner", "graph", "*"],
     "sweep.report": ["controls nulls precision readings seeds training", "intervals",

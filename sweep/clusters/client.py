@@ -24,7 +24,14 @@ from storage.errors import InputError
 from storage.location import StoreRef
 from sweep.clusters.config import ClusterConfig, load_cluster_config
 from sweep.clusters.kubernetes import kubernetes_specs, start_kubernetes
-from sweep.clusters.local import cuda_devices, local_pools, start_local, use_processes
+from sweep.clusters.local import (
+    cuda_devices,
+    exposure_warning,
+    local_pools,
+    start_local,
+    use_processes,
+)
+from sweep.clusters.masking import masked, masked_text
 from sweep.clusters.shapes import pool_shapes
 from sweep.clusters.slurm import job_scripts, start_slurm
 from sweep.terminal.quiet_logs import quiet_shutdown, restored_log_levels
@@ -71,6 +78,8 @@ def open_client(cfg: ClusterConfig, *, out: TextIO | None = None,
         stack.callback(quiet_shutdown)  # first on the way out: closing logs are no fault
         link = client.dashboard_link or "unavailable (install bokeh>=3.1 to serve it)"
         print(f"sweep: {cfg.kind} cluster, dashboard {link}", file=out)
+        if (warning := exposure_warning(cfg)) is not None:
+            print(warning, file=out)
         yield client
 
 
@@ -127,9 +136,10 @@ def check_store_fits_cluster(cfg: ClusterConfig, store: StoreRef) -> None:
 
 def describe_cluster(cfg: ClusterConfig) -> str:
     """A dry-run description: the resolved config, each pool's worker processes x threads
-    (`sweep.clusters.shapes`) and what would be started (scripts, specs)."""
-    chosen = cfg.model_dump(mode="json", include={"kind", "allowed_failures",
-                                                   "dashboard_address", cfg.kind})
+    (`sweep.clusters.shapes`) and what would be started (scripts, specs), secret-looking
+    environment values masked (`sweep.clusters.masking`)."""
+    chosen = masked(cfg.model_dump(mode="json", include={"kind", "allowed_failures",
+                                                          "dashboard_address", cfg.kind}))
     lines = [f"cluster kind: {cfg.kind}", yaml.safe_dump(chosen, sort_keys=False)]
     shapes = pool_shapes(cfg)
     if shapes is None:
@@ -140,7 +150,7 @@ def describe_cluster(cfg: ClusterConfig) -> str:
     if cfg.kind == "slurm" and cfg.slurm is not None:
         for name, script in job_scripts(cfg.slurm).items():
             jobs = getattr(cfg.slurm, name).jobs
-            lines += [f"# pool {name}: {jobs} job(s), each running:", script]
+            lines += [f"# pool {name}: {jobs} job(s), each running:", masked_text(script)]
     elif cfg.kind == "kubernetes":
-        lines.append(yaml.safe_dump_all(kubernetes_specs(cfg), sort_keys=False))
+        lines.append(yaml.safe_dump_all(masked(kubernetes_specs(cfg)), sort_keys=False))
     return "\n".join(lines)

@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from storage.errors import InputError
-from storage.location import check_no_userinfo
+from storage.location import check_no_userinfo, has_userinfo
 from sweep.config.yaml_io import load_yaml, read_text
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
@@ -70,6 +70,12 @@ class LocalConfig(_Spec):
     )
     pools: dict[str, LocalPool] | None = Field(
         None, description="explicit pools replacing the machine-sized default"
+    )
+    host: str = Field(
+        "127.0.0.1", min_length=1,
+        description="the address every listener binds (scheduler, workers, nannies, "
+        "dashboards); another than loopback lets the network run code in the sweep: secure "
+        "it with TLS (docs/faults.md, 'Who can reach the local cluster')",
     )
     processes: Literal["auto"] | bool = Field(
         "auto",
@@ -286,7 +292,9 @@ def _one_line(error: ValidationError, path: Path, text: str) -> str:
     if first["type"] == "missing":
         return f"{where}: {key}: required key is missing; add it"
     got = first.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    secret = has_userinfo(str(got)) or "env" in loc  # a credential is never echoed
+    shown = "" if isinstance(got, dict | list) or got is None or secret \
+        else f" (got {got!r})"
     return f"{where}: {key}: {message}{shown}{hint}"
 
 

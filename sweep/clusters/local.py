@@ -9,11 +9,13 @@ single-threaded process per core (`threads: 1`), unless the config says otherwis
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 from collections.abc import Sequence
 
-from distributed import Nanny, Scheduler, SpecCluster, Worker
+from distributed import Nanny, Scheduler, Security, SpecCluster, Worker
+from distributed.comm.addressing import unparse_host_port
 from distributed.system import MEMORY_LIMIT
 
 from storage.errors import InputError
@@ -77,11 +79,14 @@ def use_processes(cfg: LocalConfig, pools: dict[str, LocalPool]) -> bool:
     return cfg.processes
 
 
-def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
-                 processes: bool = True) -> dict[str, dict]:
+def worker_specs(pools: dict[str, LocalPool], memory_limit: str, processes: bool = True,
+                 host: str = "127.0.0.1", security: Security | None = None
+                 ) -> dict[str, dict]:
     """SpecCluster worker specs named `<pool>-<i>`, with resources, threads and thread env vars
     (processes), or in-process `Worker`s with resources and threads (threads: they share this
-    process's memory, so `auto` gives each the whole machine's limit)."""
+    process's memory, so `auto` gives each the whole machine's limit). Every listener (a
+    nanny's, its worker's, the worker's HTTP server) binds `host`, with `security` (TLS when
+    Dask's configuration asks for it)."""
     total = sum(pool.workers for pool in pools.values())
     if memory_limit == "auto":
         memory_limit = str(MEMORY_LIMIT // max(total, 1) if processes else MEMORY_LIMIT)
@@ -92,6 +97,8 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
             "resources": dict(pool.resources),
             "memory_limit": memory_limit,
             "silence_logs": logging.WARNING,
+            "host": host,  # a Nanny passes it to its worker (else: every interface)
+            "security": security,
         }
         if processes:
             env = {name: str(pool.threads) for name in THREAD_VARIABLES}
@@ -104,16 +111,46 @@ def worker_specs(pools: dict[str, LocalPool], memory_limit: str,
     return specs
 
 
+def bound_dashboard(dashboard_address: str, host: str) -> str:
+    """The dashboard's address with `host` where it names none (`:8787`, `8787`): distributed
+    binds a host-less dashboard to every interface."""
+    head, sep, port = dashboard_address.rpartition(":")
+    if head or not port.isdigit():
+        return dashboard_address
+    return unparse_host_port(host, int(port))
+
+
+def exposure_warning(cfg: ClusterConfig) -> str | None:
+    """A line to print when the local cluster listens off loopback without TLS: anyone who
+    reaches a worker can run code in it (docs/faults.md, "Who can reach the local cluster")."""
+    host = cfg.local.host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if cfg.kind != "local" or loopback or Security().require_encryption:
+        return None
+    return (f"sweep: warning: the local cluster listens on {cfg.local.host} without TLS: anyone "
+            f"who reaches it can run code in this sweep; require TLS in Dask's configuration "
+            f"(docs/faults.md, \"Who can reach the local cluster\") or set local.host: 127.0.0.1")
+
+
 def start_local(cfg: ClusterConfig) -> SpecCluster:
-    """Start the local cluster described by `cfg.local`; the caller closes it."""
+    """Start the local cluster described by `cfg.local`, every listener bound to
+    `cfg.local.host` (loopback unless the cluster file says otherwise) and speaking TLS when
+    Dask's configuration asks for it (`distributed.comm.require-encryption`, docs/faults.md);
+    the caller closes it."""
     pools = local_pools(cfg.local, os.cpu_count() or 1, cuda_devices(cfg.local.gpus))
+    host, security = cfg.local.host, Security()  # Security(): the TLS settings of Dask's config
     scheduler = {
         "cls": Scheduler,
-        "options": {"host": "127.0.0.1", "dashboard_address": cfg.dashboard_address},
+        "options": {"host": host, "security": security,
+                    "dashboard_address": bound_dashboard(cfg.dashboard_address, host)},
     }
     processes = use_processes(cfg.local, pools)
     return SpecCluster(
-        workers=worker_specs(pools, cfg.local.memory_limit, processes),
+        workers=worker_specs(pools, cfg.local.memory_limit, processes, host, security),
+        security=security,
         scheduler=scheduler,
         silence_logs=logging.WARNING,
         name="sweep-local",

@@ -1,10 +1,12 @@
 """Refusals decided before the first byte is written: the store path, the models, the store.
 
-`sweep run` (through `sweep.driver.runner.locked`) calls `check_before_lock` before it creates a
-lock file, trains a checkpoint or opens the store for writing, and `check_plan_fits_store` once the
-plan's sizes are known, before any group is created. So a refused config leaves every folder as
-it was: no lock file in a folder that is not a sweep store, no group for a new model listed
-beside a changed one, no checkpoint trained for options the store will not accept.
+`sweep run` calls `check_cluster` first, then (through `sweep.driver.runner.locked`)
+`check_before_lock` before it creates a lock file, trains a checkpoint or opens the store for
+writing, and `check_plan_fits_store` once the plan's sizes are known, before any group is created.
+`sweep plan` calls the same, in the same order, so it refuses what `sweep run` refuses. So a
+refused config leaves every folder as it was: no lock file in a folder that is not a sweep
+store, no group for a new model listed beside a changed one, no checkpoint trained for options
+the store will not accept.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError
+from sweep.clusters.client import ClusterConfig, check_store_fits_cluster
 from sweep.config.schema import SweepConfig
+from sweep.driver.devices import check_devices
 from sweep.driver.plan import baseline_plan, model_config_inputs, with_defaults
 from sweep.driver.token_fit import check_tokens_fit
 from workers.inputs import open_dataset
 from workers.inputs.images import ImageFolder
-from workers.models.registry import resolve_model
+from workers.models.registry import check_hub_reachable, hub_source, resolve_model
 
 PIXEL_CHECK_ENV = "DOBRUSHIN_PIXEL_CHECK_MIB"
 PIXEL_CHECK_MIB = 64.0  # image folders up to this size are decoded before the lock (~2 s)
@@ -35,6 +39,16 @@ CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "
 """The keys of a model's fingerprint inputs that the config alone decides
 (`sweep.driver.plan.config_inputs`; rollout, batch_size, device and rollout_device only when
 not the default)."""
+
+
+def check_cluster(config: SweepConfig, cluster: ClusterConfig | None) -> None:
+    """The cluster the sweep would run on (None: this process, `--in-process`) can reach its
+    store (`check_store_fits_cluster`), and this machine has the devices the models name when
+    the models run here (`check_devices`; remote workers may have GPUs this machine lacks)."""
+    if cluster is not None:
+        check_store_fits_cluster(cluster, config.store_ref)
+    if cluster is None or cluster.kind == "local":
+        check_devices(config)
 
 
 def check_store_path(store: StoreLike) -> bool:
@@ -70,9 +84,12 @@ def check_store_path(store: StoreLike) -> bool:
 def check_models(config: SweepConfig) -> None:
     """Every model resolves (source and options), reads a dataset of its own modality and has
     its weights file and its image processor's or tokenizer's files where the driver can see
-    them (`hf:` folders: `check_local_weights`, `check_local_preprocessing`)."""
+    them (`hf:` folders: `check_local_weights`, `check_local_preprocessing`); a model read
+    from the hub finds it answering, or HF_HUB_OFFLINE set (`check_hub_reachable`)."""
     for name, entry in config.models.items():
         spec = resolve_model(entry.source, **entry.options)
+        if hub_source(spec) is not None:
+            check_hub_reachable(hub_source(spec), f"models.{name} ({entry.source})")
         kind = config.datasets[entry.dataset].to_spec().kind
         if spec.modality != kind:
             raise InputError(
@@ -147,14 +164,16 @@ def _refuse(store: StoreLike, problems: list[tuple[str, list[str]]]) -> None:
         )
 
 
-def check_before_lock(config: SweepConfig) -> None:
+def check_before_lock(config: SweepConfig, *, read_images: bool = True) -> None:
     """Everything the config alone decides, before the lock file or a checkpoint is written:
     models and their weights files, image headers, the store path, every finished group
     against the config, and edited text inputs against their group's token length
     (`sweep.driver.token_fit`; devices are checked by `sweep run` for local runs:
-    `sweep.driver.devices`)."""
+    `sweep.driver.devices`). `read_images=False` (`sweep plan`, which opens no image) skips
+    the image headers and pixels."""
     check_models(config)
-    check_inputs(config)
+    if read_images:
+        check_inputs(config)
     if not check_store_path(config.store_ref):
         return
     groups = _finished_groups(config.store_ref, list(config.models))

@@ -120,17 +120,17 @@ def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
     return facts
 
 
-def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
-    """Plan the sweep and create (or extend, or check) its store. Call with the lock held.
-
-    Runs before any task: the store's arrays, fingerprints and refusals are all decided here.
-    """
-    say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
+def sized_plan(config: SweepConfig, *, progress: bool = False
+               ) -> tuple[SweepPlan, dict[str, ModelFacts], dict[str, Dataset]]:
+    """The plan, every model's facts and dataset, nothing written (`sweep plan`; `materialise`
+    before it creates anything), refused as a run refuses it: a dataset that cannot be read
+    (one line, once), more tasks than one plans, a model that cannot be sized, a planned group
+    the store holds with another fingerprint (`check_plan_fits_store`, all groups at once)."""
     datasets = measured_datasets(config)
     check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
     facts = {name: gather_facts(config, name, progress=progress, dataset=datasets[name])
              for name in config.models}
-    plan = with_digests(build_plan(config, facts), plan_digests(config, datasets))
+    plan = build_plan(config, facts)
     planned = {model.name: model.fingerprint_inputs() for model in plan.models}
     if plan.baseline is not None:
         planned["baseline"] = plan.baseline.fingerprint_inputs()
@@ -141,6 +141,17 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                 nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
                 seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
+    return plan, facts, datasets
+
+
+def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
+    """Plan the sweep and create (or extend, or check) its store. Call with the lock held.
+
+    Runs before any task: the store's arrays, fingerprints and refusals are all decided here.
+    """
+    say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
+    plan, facts, datasets = sized_plan(config, progress=progress)
+    plan = with_digests(plan, plan_digests(config, datasets))
     root = create_root(config.store_ref)  # writes nothing to a store that exists
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
@@ -391,6 +402,16 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
     return summary
 
 
+def check_config(config: SweepConfig, *, reextract: bool = False,
+                 read_images: bool = True) -> None:
+    """What the config alone decides against the store, before the lock (`sweep run`) or
+    before anything is printed (`sweep plan`, `read_images=False`):
+    `sweep.driver.preflight.check_before_lock`, and an `attention` policy wanting dropped
+    attention back without `reextract`."""
+    check_before_lock(config, read_images=read_images)
+    check_attention_change(config, reextract=reextract)
+
+
 @contextmanager
 def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False,
            reextract: bool = False) -> Iterator[StoreLock]:
@@ -399,8 +420,7 @@ def locked(config: SweepConfig, *, break_lock: bool = False, force: bool = False
     (`sweep.driver.preflight`, and an `attention` policy wanting dropped attention back without
     `reextract`: `sweep.driver.bounded`): a refused run writes nothing. A run whose lease another
     run broke meanwhile ends with StoreBusyError once its tasks are done."""
-    check_before_lock(config)
-    check_attention_change(config, reextract=reextract)
+    check_config(config, reextract=reextract)
     with StoreLock(config.store_ref, break_lock=break_lock, force=force) as lock:
         yield lock
         if lock.lost:

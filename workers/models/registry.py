@@ -17,13 +17,14 @@ the default; `each`: every head kept, see `HEADS_MODES`); image models also `ima
 
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from storage.errors import InputError
+from storage.errors import EnvironmentFault, InputError
 from workers.models import ft_options
 
 FAMILY_MODULES: dict[str, str] = {
@@ -294,6 +295,48 @@ def _weights_file(weights: str) -> str:
 _IMAGE_CONFIG_KEYS = ("image_size", "patch_size", "num_channels")
 
 
+HUB_PROBE_SECONDS = 10.0
+
+
+def check_hub_reachable(hub_id: str, who: str | None = None) -> None:
+    """EnvironmentFault at once (one request, no retry) if the hub does not answer and
+    HF_HUB_OFFLINE is not set: huggingface_hub would retry each file for about a minute before
+    failing (or before falling back to its cache). `who`: the model, as the message names it."""
+    from huggingface_hub import constants
+
+    if constants.HF_HUB_OFFLINE:
+        return
+    why = _hub_unreachable(constants.ENDPOINT)
+    if why is not None:
+        raise EnvironmentFault(
+            f"{who or f'model hf:{hub_id}'}: the hub {constants.ENDPOINT} does not answer to "
+            f"load {hub_id} ({why}); set HF_HUB_OFFLINE=1 to use the files the hub's cache "
+            f"holds, or point the model at a local copy (hf:/folder, timm: a weights: file)")
+
+
+def hub_source(spec: ModelSpec) -> str | None:
+    """The hub id whose files building `spec` downloads (a pretrained `hf:` hub id or preset,
+    its random-init control's config, a timm model's pretrained weights), or None."""
+    if spec.family == "hf" and spec.pretrained:
+        local = spec.source.startswith("pkg:") or Path(spec.source).expanduser().is_dir()
+        return None if local else spec.source
+    if spec.family == "timm" and spec.pretrained and not spec.random_init and not spec.weights:
+        return spec.source
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def _hub_unreachable(endpoint: str) -> str | None:
+    """Why one HEAD request to `endpoint` got no answer (any HTTP status is one), or None."""
+    from huggingface_hub.utils import get_session
+
+    try:
+        get_session().head(endpoint, timeout=HUB_PROBE_SECONDS)
+    except Exception as error:  # noqa: BLE001 - whatever stops the request: DNS, refused, TLS
+        return f"{type(error).__name__}: {' '.join(str(error).split())[:120]}"
+    return None
+
+
 def _infer_hf_modality(target: str) -> str:
     """image if the model's config describes images (image_size/patch_size), else text."""
     path = Path(target).expanduser()
@@ -308,6 +351,7 @@ def _infer_hf_modality(target: str) -> str:
     else:
         from transformers import AutoConfig
 
+        check_hub_reachable(target)
         try:
             config = AutoConfig.from_pretrained(target).to_dict()
         except OSError as error:

@@ -3,8 +3,10 @@ model, estimated store size and kernel work, what an existing store already hold
 run; with --cluster the predicted seconds (--verbose: also the resolved config and what the
 cluster file would start; json: the same data). Computes nothing: no model is built, no weight
 loaded, no image decoded, nothing trained (sizes come from the specs:
-`workers.models.token_layout`); what it is doing goes to stderr. Exit code 1 when some model
-cannot be sized here (missing data or config), each named."""
+`workers.models.token_layout`); what it is doing goes to stderr. It refuses what `sweep run`
+refuses, by the same calls and before printing anything (the cluster against the store, the
+config against the store, the datasets, the sizes): one line on stderr and the exit code of the
+cause."""
 
 from __future__ import annotations
 
@@ -23,12 +25,11 @@ from storage.store import redacted
 from sweep.clusters.config import load_cluster_config
 from sweep.config.load import default_config_path, load_config
 from sweep.config.schema import SweepConfig
-from sweep.driver.plan import ModelFacts, SweepPlan, build_plan, check_plan_size
+from sweep.driver.plan import SweepPlan
 
 if TYPE_CHECKING:  # the imports that load torch or dask wait until the config is read
     from sweep.clusters.config import ClusterConfig
     from sweep.driver.balance import Pools
-    from workers.inputs import Dataset
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -57,38 +58,6 @@ def human_bytes(n: float) -> str:
             return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
         n /= 1024
     raise AssertionError("unreachable")
-
-
-def check_size_early(config: SweepConfig) -> dict[str, Dataset]:
-    """Refuse a sweep of more tasks than one plans (`check_plan_size`) from its datasets'
-    lengths, before any input is tokenized; returns the datasets it opened (per model), or
-    none when one cannot be opened here (the plan names that model, and `build_plan` checks
-    the size of the rest)."""
-    from sweep.driver.freshness import measured_datasets
-
-    try:
-        datasets = measured_datasets(config)
-    except Exception:  # noqa: BLE001 - collect_facts names each model it cannot size
-        return {}
-    check_plan_size(config, {name: len(dataset) for name, dataset in datasets.items()})
-    return datasets
-
-
-def collect_facts(config: SweepConfig, *, progress: bool = False,
-                  datasets: dict[str, Dataset] | None = None
-                  ) -> tuple[dict[str, ModelFacts], dict[str, str]]:
-    """Facts of every model that can be sized here; for the others, why not (one line each).
-    `datasets`: the models' inputs where already opened (`check_size_early`)."""
-    from sweep.driver.runner import error_line, gather_facts
-
-    facts, problems = {}, {}
-    for name in config.models:
-        try:
-            facts[name] = gather_facts(config, name, progress=progress,
-                                       dataset=(datasets or {}).get(name))
-        except Exception as error:  # noqa: BLE001 - a plan reports every model it cannot size
-            problems[name] = error_line(error)
-    return facts, problems
 
 
 def _store_markers(config: SweepConfig) -> tuple[markers.MarkerIndex | None, str]:
@@ -189,11 +158,9 @@ def totals(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "test_work": sum(row["test_work"] or 0 for row in rows)}
 
 
-def describe(plan: SweepPlan, problems: dict[str, str],
-             in_flight: int | None = None, verbose: bool = True) -> list[str]:
+def describe(plan: SweepPlan, in_flight: int | None = None, verbose: bool = True) -> list[str]:
     """The plan as printable lines: the table (per model, the baseline, the nulls), totals, the
-    attention policy's peak bytes (`attention_lines`; every model's when `verbose`) and the
-    models that cannot be sized here, last."""
+    attention policy's peak bytes (`attention_lines`; every model's when `verbose`)."""
     index, state = _store_markers(plan.config)
     rows = plan_rows(plan, index)
     total = totals(rows)
@@ -208,22 +175,19 @@ def describe(plan: SweepPlan, problems: dict[str, str],
             f"baseline tasks the CPU resource; checkpoints cache: {plan.config.checkpoint_dir}",
         ]
     lines += attention_lines(plan, in_flight, every=verbose)
-    for name, problem in problems.items():
-        lines.append(f"model {name}: cannot be sized here: {problem}")
     return lines
 
 
-def plan_json(config: SweepConfig, plan: SweepPlan, problems: dict[str, str],
-              pools: Pools | None, cluster_text: str | None) -> dict[str, Any]:
-    """What the text shows, as JSON data: the resolved config, the rows, totals, problems and,
+def plan_json(config: SweepConfig, plan: SweepPlan, pools: Pools | None,
+              cluster_text: str | None) -> dict[str, Any]:
+    """What the text shows, as JSON data: the resolved config, the rows, totals and,
     with a cluster, its description and the predicted seconds per model."""
     from sweep.driver.balance import predictions
 
     index, state = _store_markers(config)
     rows = plan_rows(plan, index)
     out: dict[str, Any] = {"config": redacted(config.resolved()), "store": config.store,
-                           "store_state": state, "rows": rows, "total": totals(rows),
-                           "problems": problems}
+                           "store_state": state, "rows": rows, "total": totals(rows)}
     if cluster_text is not None:
         out["cluster"] = {"description": cluster_text, "prediction": predictions(plan, pools)}
     return out
@@ -236,42 +200,35 @@ def plan(args: argparse.Namespace) -> int:
         config = load_config(args.config)
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     text = args.format == "text"
-    from sweep.clusters.client import check_store_fits_cluster, describe_cluster
+    from sweep.clusters.client import describe_cluster
     from sweep.driver.balance import balance_lines, cluster_pools
+    from sweep.driver.preflight import check_cluster
+    from sweep.driver.runner import check_config, sized_plan
 
+    # what `sweep run CONFIG [--cluster FILE]` refuses before it writes, in its order
+    check_cluster(config, cluster if cluster is not None else load_cluster_config(None))
+    check_config(config, read_images=False)  # a plan opens no image: damage is run's to find
+    sweep_plan = sized_plan(config, progress=True)[0]  # refusals before the first line out
     if text and args.verbose:
         print("resolved config:")
         print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
         print()
     elif text:
         print(f"sweep plan: {len(config.models)} models")
-    datasets = check_size_early(config)
-    facts, problems = collect_facts(config, progress=True, datasets=datasets)
-    sweep_plan = build_plan(config, facts)
     pools = None if cluster is None else cluster_pools(cluster)
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
-    refusal = None
-    if cluster is not None:
-        try:
-            check_store_fits_cluster(cluster, config.store_ref)
-        except InputError as error:
-            refusal = str(error)
-            problems["cluster"] = refusal
     if not text:
         cluster_text = None if cluster is None else describe_cluster(cluster)
-        print(json.dumps(plan_json(config, sweep_plan, problems, pools, cluster_text),
+        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text),
                          indent=1, default=str))
-        return 1 if problems else 0
-    for line in describe(sweep_plan, {k: v for k, v in problems.items() if k != "cluster"},
-                         in_flight, verbose=args.verbose):
+        return 0
+    for line in describe(sweep_plan, in_flight, verbose=args.verbose):
         print(line)
     if cluster is not None:
         print()
         print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))
-        if refusal is not None:
-            print(f"\nthis cluster cannot run this sweep: {refusal}")
         print("\n".join(["", *balance_lines(sweep_plan, pools, constants=args.verbose)]))
-    return 1 if problems else 0
+    return 0
 
 
 def cluster_summary(cluster: ClusterConfig, pools: Pools | None) -> str:

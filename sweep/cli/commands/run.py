@@ -51,9 +51,9 @@ def run(args: argparse.Namespace) -> int:
     else:
         config = load_config(args.config)
     # What loads torch and dask waits until the config is read: its errors come first.
-    from sweep.clusters.client import check_store_fits_cluster, open_client
-    from sweep.driver.devices import check_devices
+    from sweep.clusters.client import open_client
     from sweep.driver.graph import DaskExecutor
+    from sweep.driver.preflight import check_cluster
     from sweep.driver.runner import (
         InProcessExecutor,
         execute_plan,
@@ -65,10 +65,7 @@ def run(args: argparse.Namespace) -> int:
 
     progress = not args.no_progress
     cluster = None if args.in_process else load_cluster_config(args.cluster)
-    if cluster is not None:
-        check_store_fits_cluster(cluster, config.store_ref)
-    if cluster is None or cluster.kind == "local":
-        check_devices(config)  # remote workers may have GPUs this machine lacks
+    check_cluster(config, cluster)  # `sweep plan` refuses what `sweep run` refuses: same calls
     reextract = args.reextract_attention
     with locked(config, break_lock=args.break_lock, force=args.force, reextract=reextract):
         try:
