@@ -84,12 +84,12 @@ def test_per_layer_rates_match_hand_counts(tree):
         ("alpha", 2, "content"): (2, 3), ("beta", 0, "all"): (1, 2),
     }
     assert len(rates) == len(expected)
-    for (model, layer, token_set), (holding, cells) in expected.items():
+    for (model, layer, token_set), (holding, tested) in expected.items():
         got = row(rates, model=model, layer=layer, token_set=token_set)
-        assert (got["holding"], got["cells"]) == (holding, cells)
-        assert got["inputs"] == cells  # one cell per input in a (model, layer, token set)
-        assert got["rate"] == pytest.approx(holding / cells)
-        low, high = wilson_by_quadratic(holding, cells)
+        assert (got["holding"], got["cells"]) == (holding, tested)
+        assert got["inputs"] == tested  # one cell per input in a (model, layer, token set)
+        assert got["rate"] == pytest.approx(holding / tested)
+        low, high = wilson_by_quadratic(holding, tested)
         assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
     assert row(rates, model="alpha", layer=2, token_set="content")["relative_depth"] == 1.0
 
