@@ -22,7 +22,9 @@ from storage.device_pin import forget_device
 from storage.layout import NULLS_GROUP
 from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
+    consolidate,
     create_root,
+    drop_consolidated,
     ensure_baseline,
     ensure_matched_nulls,
     ensure_model,
@@ -141,6 +143,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                 nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
                 seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
+    drop_consolidated(config.store_ref)  # no stale copy for readers while this run writes
     root = create_root(config.store_ref)  # writes nothing to a store that exists
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
@@ -379,6 +382,8 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                 markers.mark_failed(task.store, task.scope, task.marker, error)
             except OSError as caught:  # the task's own error says more: reported first
                 unwritten = unwritten or caught
+    if unwritten is None:  # no task runs any more: the metadata is final, readers get one copy
+        consolidate(plan.config.store_ref)
     raised = getattr(executor, "raised", None)
     if raised is not None:
         key, error = raised
