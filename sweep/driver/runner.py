@@ -143,7 +143,6 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                 nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
                 seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
-    drop_consolidated(config.store_ref)  # no stale copy for readers while this run writes
     root = create_root(config.store_ref)  # writes nothing to a store that exists
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
@@ -152,6 +151,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
             "fingerprint" in group.attrs else None
         weights[model.name] = weights_record(model.spec, stored)
         check_weights(config.store, model.name, stored, weights[model.name])
+    drop_consolidated(config.store_ref)  # refusals done: no stale copy while this run writes
     for model in plan.models:
         if ensure_model(
             root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,
