@@ -7,8 +7,9 @@ xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.query.count
 turns the result into a pandas table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
-values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`
-bookkeeping folder), puts the verdicts one level down (`/<model>/results`), has no coordinates
+values and without a warning once a run has consolidated the metadata (`tests/test_query.py`,
+`tests/test_doc_snippets.py` keep it so), but mid-run it lists the root (warning on the `.sweep`
+bookkeeping folder), it puts the verdicts one level down (`/<model>/results`), has no coordinates
 (input ids, token-set names, relative depth come from the model's attrs), and a store whose
 arrays do not match `storage.layout` fails deep inside xarray. `open_results` reads the writer's
 list of models, checks every array's dims and shape against the layout (one-line InputError
