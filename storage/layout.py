@@ -43,9 +43,10 @@ its preparation task has run.
 Bookkeeping that is not Zarr data lives in `<store>/.sweep/` (BOOKKEEPING_DIR): the lock file,
 completion markers (`markers/<model or baseline>/<stage>-<index>.done|.failed`, written only
 after the data they vouch for, with the checksums of its chunks: `storage.markers`,
-`storage.integrity`) and cached checkpoints. Zarr warns once ("not recognized as a component")
-when it lists the root; readers can take the model names from the root attribute `models`
-instead of listing.
+`storage.integrity`) and cached checkpoints. Zarr warns ("not recognized as a component") when it
+lists the root; a finished run consolidates the metadata into the root's zarr.json
+(`storage.store.consolidate`), so plain xarray reads that and lists nothing, and this project's
+readers take the model names from the root attribute `models` instead of listing.
 
 Every array carries `_ARRAY_DIMENSIONS`-free Zarr v3 `dimension_names` equal to its dims here.
 """

@@ -10,15 +10,23 @@ so a group without one was never finished and is rebuilt.
 
 Root attributes: `format` and `versions` are written once, at creation; `config`, `models` and
 `fingerprint` (per group) are rewritten by the driver, under the lock, before each run's tasks,
-so they describe the latest run of a store that grows as models are added. Metadata is not
-consolidated: a store is extended later, and a consolidated copy that a killed driver left stale
-would hide the new groups from readers (zarr trusts it when present); a store has a few dozen
-metadata documents, so readers lose little by reading them directly.
+so they describe the latest run of a store that grows as models are added.
+
+Consolidated metadata is there for other readers only, and only while no run is changing the
+store: `drop_consolidated` removes it from the root's zarr.json at the start of every run (under
+the lock, before any group is created or any attribute written), `consolidate` writes it at the
+end of a run whose tasks all came back. So plain `xr.open_datatree(store, engine="zarr")` reads
+one document instead of listing the root (where the `.sweep` bookkeeping folder is no Zarr node:
+zarr warns), and a run killed midway leaves no stale copy, only a store read by listing. Every
+reader and writer of this project opens the store with `use_consolidated=False`: it always sees
+the metadata as written.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+import warnings
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from importlib import metadata
 from typing import Any
@@ -77,7 +85,8 @@ def open_root(store: StoreLike, mode: str = "r") -> zarr.Group:
     (`r+`, `a`) records the checksums of what it writes (`storage.integrity.written_by`)."""
     location = locate(store)
     try:
-        root = zarr.open_group(_zarr_store(location, mode), mode=mode, zarr_format=3)
+        root = zarr.open_group(_zarr_store(location, mode), mode=mode, zarr_format=3,
+                               use_consolidated=False)
     except (FileNotFoundError, zarr.errors.GroupNotFoundError):
         raise InputError(f"{location}: not a sweep store (no Zarr group there)") from None
     except (ValueError, TypeError, KeyError) as error:  # JSON or metadata that does not parse
@@ -113,6 +122,37 @@ def create_root(store: StoreLike) -> zarr.Group:
     elif root.attrs["format"] != FORMAT:
         raise InputError(f"{store}: a Zarr store of another format ({root.attrs['format']})")
     return root
+
+
+CONSOLIDATED = "consolidated_metadata"  # the root zarr.json's key for it (zarr-python's)
+
+
+def drop_consolidated(store: StoreLike) -> bool:
+    """Remove the consolidated metadata from the root's zarr.json (driver, under the lock, before
+    a run changes anything); True if there was some. A store without a root is left alone."""
+    location = locate(store)
+    raw = location.read("zarr.json")
+    if raw is None:
+        return False
+    document = json.loads(raw)
+    if document.get(CONSOLIDATED) is None:
+        return False
+    del document[CONSOLIDATED]
+    location.write("zarr.json", json.dumps(document, indent=2).encode())
+    return True
+
+
+def consolidate(store: StoreLike) -> None:
+    """Write the metadata of every group and array into the root's zarr.json (driver, under the
+    lock, after a run's tasks): the `.sweep` folder, which is no Zarr node, is left out."""
+    location = locate(store)
+    with warnings.catch_warnings():  # the `.sweep` folder, and zarr's note that consolidated
+        # metadata is not in the v3 specification yet (xarray and zarr read it all the same)
+        warnings.filterwarnings("ignore", message=".*not recognized as a component",
+                                category=zarr.errors.ZarrUserWarning)
+        warnings.filterwarnings("ignore", message="Consolidated metadata is currently not part",
+                                category=UserWarning)
+        zarr.consolidate_metadata(location.zarr_store(), zarr_format=3)
 
 
 def _some_keys(location: Location) -> list[str]:

@@ -138,12 +138,12 @@ def test_controls_table_against_hand_counts(report):
     assert table[["model", "control", "token_set"]].values.tolist() == [
         ["m", "m@random-init", "all"], ["m", "m@random-init", "content"]]
     every, content = table.to_dict("records")
-    assert (every["holding"], every["inputs"]) == (56, 70)
-    assert (every["control_holding"], every["control_inputs"]) == (48, 80)
+    assert (every["holding"], every["cells"]) == (56, 70)
+    assert (every["control_holding"], every["control_cells"]) == (48, 80)
     assert every["rate"] == pytest.approx(0.8) and every["control_rate"] == pytest.approx(0.6)
     assert every["difference"] == pytest.approx(0.2)
     assert (round(every["ci_low"], 4), round(every["ci_high"], 4)) == (0.0524, 0.3339)
-    assert (content["control_holding"], content["control_inputs"]) == (47, 79)
+    assert (content["control_holding"], content["control_cells"]) == (47, 79)
     assert content["difference"] == pytest.approx(0.8 - 47 / 79)
 
 

@@ -49,7 +49,7 @@ def test_controls_nulls_and_seeds_become_records_of_one_shape():
                            "differences": [0.1, None, 0.0], "difference_mean": 0.05,
                            "difference_ci_low": -0.2, "difference_ci_high": 0.3}])
     summary = pd.DataFrame({"model": ["a", "s@seed0", "s@seed0@random-init", "b"]})
-    rates = pd.DataFrame(columns=["model", "layer", "token_set", "inputs", "holding"])
+    rates = pd.DataFrame(columns=["model", "layer", "token_set", "cells", "holding"])
     table = findings.build_findings(summary, rates, controls, nulls, seeds)
     assert list(table.columns) == ["model", "token_set", "kind", "estimate", "ci_low", "ci_high",
                                    "text", "ci_method"]
@@ -124,7 +124,7 @@ def test_the_pooled_over_seeds_figure_is_the_t_interval_over_every_run():
     assert "low power" in record["text"]
     table = findings.build_findings(pd.DataFrame({"model": ["ft-cancer@seed0"]}),
                                     pd.DataFrame(columns=["model", "layer", "token_set",
-                                                          "inputs", "holding"]),
+                                                          "cells", "holding"]),
                                     pd.DataFrame(columns=["model", "control", "token_set",
                                                           "difference", "ci_low", "ci_high"]),
                                     seeds=seeds)
@@ -139,7 +139,7 @@ def test_null_findings_hold_together_over_a_models_comparisons():
     nulls = pd.DataFrame([{"model": "c", "token_set": ts, "null": null, "trials": 10000,
                            "holding": 2580 if null == "softmax-b2" else 2700}
                           for ts in ("all", "content") for null in names])
-    summary = pd.DataFrame([{"model": "c", "token_set": ts, "inputs": 5760, "holding": 1584,
+    summary = pd.DataFrame([{"model": "c", "token_set": ts, "cells": 5760, "holding": 1584,
                              "rate": 1584 / 5760} for ts in ("all", "content")])
     table = add_lifts(nulls, summary)
     assert (table["comparisons"] == 10).all()
@@ -160,9 +160,9 @@ def test_null_findings_hold_together_over_a_models_comparisons():
     assert (record["ci_low"], record["ci_high"]) == (b2["lift_sim_low"], b2["lift_sim_high"])
 
 
-def per_layer(model: str, failures: list[int], inputs: int = 40) -> pd.DataFrame:
+def per_layer(model: str, failures: list[int], cells: int = 40) -> pd.DataFrame:
     return pd.DataFrame({"model": model, "token_set": "all", "layer": range(len(failures)),
-                         "inputs": inputs, "holding": [inputs - f for f in failures]})
+                         "cells": cells, "holding": [cells - f for f in failures]})
 
 
 def test_failures_concentrate_only_when_the_share_interval_clears_an_even_share():
@@ -196,15 +196,15 @@ def test_failures_spread_evenly_are_rarely_said_to_concentrate():
     claims = 0
     for _ in range(1000):
         failures = rng.binomial(96, 0.05, size=6)
-        found = findings.depth_findings(per_layer("m", list(failures), inputs=96))
+        found = findings.depth_findings(per_layer("m", list(failures), cells=96))
         claims += bool(found) and "concentrate in" in found[0]["text"]
     assert claims / 1000 <= 0.05
 
 
 def test_per_head_beside_head_mean():
     summary = pd.DataFrame([
-        {"model": "m", "token_set": "all", "holding": 150, "inputs": 160, "rate": 150 / 160},
-        {"model": "m-heads", "token_set": "all", "holding": 1507, "inputs": 1920,
+        {"model": "m", "token_set": "all", "holding": 150, "cells": 160, "rate": 150 / 160},
+        {"model": "m-heads", "token_set": "all", "holding": 1507, "cells": 1920,
          "rate": 1507 / 1920}])
     intervals = [wilson_interval(150, 160), wilson_interval(1507, 1920)]
     summary["ci_low"], summary["ci_high"] = zip(*intervals, strict=True)

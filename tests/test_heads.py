@@ -121,14 +121,16 @@ def test_rates_count_input_layer_head_cells_and_the_report_adds_a_per_head_table
     tree = open_results(store)
     assert tree["each"]["head"].values.tolist() == ["0", "1", "2", "3"]
     summary = holding_rates(tree, by=("model", "token_set"))
+    cells = summary.set_index(["model", "token_set"])["cells"]
+    assert cells[("avg", "all")] == 3 * 2 and cells[("each", "all")] == 3 * 2 * 4
     inputs = summary.set_index(["model", "token_set"])["inputs"]
-    assert inputs[("avg", "all")] == 3 * 2 and inputs[("each", "all")] == 3 * 2 * 4
+    assert inputs[("avg", "all")] == inputs[("each", "all")] == 3
     by_head = holding_rates(tree, by=("model", "head", "token_set"))
     assert by_head.loc[by_head["model"] == "each", "head"].unique().tolist() == ["0", "1", "2",
                                                                                   "3"]
     report = build_report(tree, str(store))
     assert set(report.heads["model"]) == {"each"}
-    assert report.heads["inputs"].tolist() == [3 * 2] * 8  # per head and token set
+    assert report.heads["cells"].tolist() == [3 * 2] * 8  # per head and token set
     assert "input-layer-head cells" in render_markdown(report)
     assert len(json.loads(render_json(report))["heads"]) == 8
 

@@ -43,7 +43,7 @@ ORDER: dict[str, list[str]] = {
                        "ft_transformer hf timm_", "*"],
     "storage": ["errors layout fingerprint recording", "location",
                 "integrity lease device_pin store", "lock markers", "attention", "query", "*"],
-    "storage.query": ["statistics bootstrap", "counts", "nulls", "results status", "*"],
+    "storage.query": ["statistics bootstrap", "counts", "nulls tidy", "results status", "*"],
 }
 """Per package, its children (modules and subpackages) in layers, lowest first, names of one
 layer separated by spaces. A child imports only children of lower layers; `*` is every child not

@@ -171,7 +171,7 @@ def test_report_sets_each_observed_rate_beside_its_nulls(store, capsys):
     nulls = report.nulls
     assert len(nulls) == 4
     row = nulls[(nulls["null"] == "uniform") & (nulls["token_set"] == "all")].iloc[0]
-    assert (row["observed_holding"], row["observed_inputs"]) == (6, 8)
+    assert (row["observed_holding"], row["observed_cells"]) == (6, 8)
     delta, low, high = newcombe_interval(6, 8, int(row["holding"]), int(row["trials"]))
     assert (row["lift"], row["lift_ci_low"], row["lift_ci_high"]) == (delta, low, high)
     markdown = render_markdown(report)

@@ -14,6 +14,7 @@ from storage.query.counts import group_counts, rates
 from storage.query.results import (
     attaining_special,
     cell_counts,
+    cells,
     holding_rates,
     holds_by_characterisation,
     open_results,
@@ -83,11 +84,12 @@ def test_per_layer_rates_match_hand_counts(tree):
         ("alpha", 2, "content"): (2, 3), ("beta", 0, "all"): (1, 2),
     }
     assert len(rates) == len(expected)
-    for (model, layer, token_set), (holding, inputs) in expected.items():
+    for (model, layer, token_set), (holding, tested) in expected.items():
         got = row(rates, model=model, layer=layer, token_set=token_set)
-        assert (got["holding"], got["inputs"]) == (holding, inputs)
-        assert got["rate"] == pytest.approx(holding / inputs)
-        low, high = wilson_by_quadratic(holding, inputs)
+        assert (got["holding"], got["cells"]) == (holding, tested)
+        assert got["inputs"] == tested  # one cell per input in a (model, layer, token set)
+        assert got["rate"] == pytest.approx(holding / tested)
+        low, high = wilson_by_quadratic(holding, tested)
         assert (got["ci_low"], got["ci_high"]) == (pytest.approx(low), pytest.approx(high))
     assert row(rates, model="alpha", layer=2, token_set="content")["relative_depth"] == 1.0
 
@@ -107,23 +109,53 @@ def test_disagreements_between_definition_and_characterisation_are_counted(tree)
 
 def test_coarser_groupings_sum_counts_before_dividing(tree):
     by_set = holding_rates(tree, by=("token_set",))
-    assert (row(by_set, token_set="all")[["holding", "inputs"]] == [8, 14]).all()
-    assert (row(by_set, token_set="content")[["holding", "inputs"]] == [9, 11]).all()
+    assert row(by_set, token_set="all")[["holding", "cells"]].tolist() == [8, 14]
+    assert row(by_set, token_set="content")[["holding", "cells"]].tolist() == [9, 11]
     overall = holding_rates(tree, by=())
     assert len(overall) == 1
-    assert overall.iloc[0]["holding"] == 17 and overall.iloc[0]["inputs"] == 25
+    assert overall.iloc[0]["holding"] == 17 and overall.iloc[0]["cells"] == 25
     assert overall.iloc[0]["rate"] == pytest.approx(17 / 25)
+
+
+def test_inputs_count_distinct_inputs_and_cells_count_cells(tree):
+    """`inputs` is how many inputs have a tested cell in the group (alpha: inputs 0-3, input 4
+    pending; beta: 2), `cells` how many (input, layer) cells were tested."""
+    by_model = holding_rates(tree, by=("model", "token_set"))
+    assert row(by_model, model="alpha", token_set="all")[["inputs", "cells"]].tolist() == [4, 12]
+    assert row(by_model, model="alpha", token_set="content")[["inputs", "cells"]].tolist() == [
+        4, 11]
+    assert row(by_model, model="beta", token_set="all")[["inputs", "cells"]].tolist() == [2, 2]
+    overall = holding_rates(tree, by=())
+    assert overall.iloc[0][["inputs", "cells"]].tolist() == [4 + 2, 25]  # per model, apart
+
+
+def test_rates_group_by_input(tree):
+    """Grouping by input: per input, its cells over layers (and token sets unless grouped)."""
+    per_input = holding_rates(tree, by=("model", "input", "token_set"))
+    first = row(per_input, model="alpha", input="img-001", token_set="content")
+    assert first[["inputs", "cells", "holding", "skipped"]].tolist() == [1, 2, 2, 1]
+    pending = row(per_input, model="alpha", input="img-004", token_set="all")
+    assert pending[["inputs", "cells", "pending"]].tolist() == [0, 0, 3]
+    assert np.isnan(pending["rate"])
+    third = row(per_input, model="alpha", input="img-003", token_set="all")
+    assert third[["holding", "cells", "disagreements"]].tolist() == [2, 3, 1]
+    assert third["rate"] == pytest.approx(2 / 3)
+    summed = per_input.groupby(["model", "token_set"], sort=False)[["holding", "cells"]].sum()
+    by_model = holding_rates(tree, by=("model", "token_set")).set_index(["model", "token_set"])
+    assert summed.to_dict() == by_model[["holding", "cells"]].to_dict()
+    loose = holding_rates(tree, by=("input", "layer"), tol=1e-6)
+    assert row(loose, input="img-003", layer=1)["holding"] == 2  # 5e-7 holds at 1e-6
 
 
 def test_counts_are_summed_as_xarray_and_divided_once(tree):
     cells = cell_counts(tree)  # one cell per (model, layer, token_set), counts over inputs
     assert isinstance(cells, xr.Dataset) and cells.sizes["cell"] == 7
-    assert cells["inputs"].dtype == np.int64
-    groups = group_counts(cells, ["token_set"])  # first appearance: all, then content
+    assert cells["cells"].dtype == np.int64
+    groups = group_counts(cells[["holding", "cells"]], ["token_set"])  # first: all, content
     assert groups["token_set"].values.tolist() == ["all", "content"]
     assert groups["holding"].values.tolist() == [8, 9]
-    assert groups["inputs"].values.tolist() == [14, 11]
-    divided = rates(groups["holding"], groups["inputs"])
+    assert groups["cells"].values.tolist() == [14, 11]
+    divided = rates(groups["holding"], groups["cells"])
     assert isinstance(divided, xr.Dataset) and divided["rate"].dims == ("group",)
     np.testing.assert_allclose(divided["rate"].values, [8 / 14, 9 / 11])
     np.testing.assert_allclose(divided["ci_low"].values[0], wilson_by_quadratic(8, 14)[0])
@@ -135,13 +167,14 @@ def test_counts_are_summed_as_xarray_and_divided_once(tree):
 def test_depth_bins_group_layers_by_relative_depth(tree):
     depth = holding_rates(tree, by=("model", "token_set", "depth"), depth_bins=3)
     last = row(depth, model="alpha", token_set="all", depth=2)
-    assert (last["holding"], last["inputs"]) == (1, 4)
+    assert (last["holding"], last["cells"]) == (1, 4)
     assert (last["depth_low"], last["depth_high"]) == (pytest.approx(2 / 3), 1.0)
-    assert row(depth, model="beta", token_set="all", depth=0)["inputs"] == 2
+    assert row(depth, model="beta", token_set="all", depth=0)["cells"] == 2
     halves = holding_rates(tree, by=("depth",), depth_bins=2)
     # alpha layers 0 (depth 0) and 1 (depth 0.5 -> upper half) and 2; beta layer 0
-    assert row(halves, depth=0)[["holding", "inputs"]].tolist() == [4 + 3 + 1, 4 + 4 + 2]
-    assert row(halves, depth=1)[["holding", "inputs"]].tolist() == [2 + 4 + 1 + 2, 4 + 4 + 4 + 3]
+    assert row(halves, depth=0)[["holding", "cells"]].tolist() == [4 + 3 + 1, 4 + 4 + 2]
+    assert row(halves, depth=1)[["holding", "cells"]].tolist() == [2 + 4 + 1 + 2, 4 + 4 + 4 + 3]
+    assert row(halves, depth=1)["inputs"] == 4  # alpha's inputs 0-3
 
 
 def test_tolerance_is_reapplied_from_stored_margins(tree):
@@ -199,8 +232,40 @@ def test_bad_tolerance_is_an_input_error(tree, bad):
 
 
 def test_unknown_grouping_is_an_input_error(tree):
-    with pytest.raises(InputError, match="'input'.*choose from"):
-        holding_rates(tree, by=("model", "input"))
+    with pytest.raises(InputError, match="'inputs'.*choose from") as error:
+        holding_rates(tree, by=("model", "inputs"))
+    assert "\n" not in str(error.value)
+
+
+def test_tidy_view_gives_every_cell_across_models_lazily(store, tree):
+    """`cells(store)`: one `cell` dim over both models, keys as coordinates, verdicts lazy and
+    equal to each model's own (input, layer, head, token_set) array."""
+    ds = cells(store)
+    assert ds.sizes["cell"] == 5 * 3 * 1 * 2 + 2 * 1 * 1 * 1
+    assert ds["margin"].chunks is not None  # dask: nothing read yet
+    for key in ("model", "input", "layer", "relative_depth", "head", "token_set"):
+        assert ds[key].dims == ("cell",), key
+    alpha = ds.isel(cell=np.flatnonzero(ds["model"].values == "alpha"))
+    own = tree["alpha"].to_dataset()
+    for var in ("margin", "holds", "status", "n_kept", "kappa"):
+        np.testing.assert_array_equal(alpha[var].values, own[var].values.reshape(-1), err_msg=var)
+    at = alpha.isel(cell=int(np.flatnonzero(
+        (alpha["input"].values == "img-001") & (alpha["layer"].values == 2)
+        & (alpha["token_set"].values == "content"))[0]))
+    assert int(at["status"]) == 1 and float(at["relative_depth"]) == 1.0
+    assert int(at["n_tokens"]) == 5
+    beta = ds.isel(cell=np.flatnonzero(ds["model"].values == "beta"))
+    assert beta["margin"].values.tolist() == [0.0, 0.2]
+    assert beta["input"].values.tolist() == ["img-000", "img-001"]
+    tested = ds.where(ds["status"] == 0)  # skipped and pending cells dropped
+    rate = tested["holds"].where(tested["status"] == 0).groupby(["model", "token_set"]).mean()
+    expected = holding_rates(tree, by=("model", "token_set"))
+    for r in expected.to_dict("records"):
+        got = float(rate.sel(model=r["model"], token_set=r["token_set"]))
+        assert got == pytest.approx(r["rate"]), r
+    assert cells(store, models=["beta"]).sizes["cell"] == 2
+    with pytest.raises(InputError, match="no model 'gamma'"):
+        cells(store, models=["gamma"])
 
 
 def test_missing_path_is_a_one_line_input_error(tmp_path):

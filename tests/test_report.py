@@ -34,9 +34,9 @@ def only(frame, **keys):
 
 
 def test_headline_counts_input_layer_pairs_per_model_and_token_set(report):
-    assert only(report.summary, model="alpha", token_set="all")[["holding", "inputs"]].tolist() \
-        == [7, 12]
-    assert only(report.summary, model="alpha", token_set="content")[["holding", "inputs"]] \
+    assert only(report.summary, model="alpha", token_set="all")[
+        ["holding", "cells", "inputs"]].tolist() == [7, 12, 4]  # 4 inputs x 3 layers tested
+    assert only(report.summary, model="alpha", token_set="content")[["holding", "cells"]] \
         .tolist() == [9, 11]
     assert only(report.summary, model="beta", token_set="all")["rate"] == pytest.approx(0.5)
 
@@ -55,7 +55,7 @@ def test_special_tokens_rescue_and_attaining_pairs(report):
     assert rescue[["failing_all", "content_tested", "holding_content"]].tolist() == [5, 4, 3]
     assert list(report.rescue["model"]) == ["alpha"]  # beta has no content token set
     pairs = only(report.special_pairs, model="alpha")
-    assert pairs[["special", "inputs", "failing_special", "failing"]].tolist() == [2, 12, 2, 5]
+    assert pairs[["special", "cells", "failing_special", "failing"]].tolist() == [2, 12, 2, 5]
     assert pairs["failing_rate"] == pytest.approx(0.4)
 
 
@@ -88,7 +88,8 @@ def test_json_has_rates_summary_and_baseline_records(store, capsys):
     assert len(document["rates"]) == 7
     record = next(r for r in document["rates"]
                   if (r["model"], r["layer"], r["token_set"]) == ("alpha", 2, "content"))
-    assert {"inputs": 3, "holding": 2} == {k: record[k] for k in ("inputs", "holding")}
+    assert {"inputs": 3, "cells": 3, "holding": 2} == {
+        k: record[k] for k in ("inputs", "cells", "holding")}
     assert {"rate", "ci_low", "ci_high"} <= set(record)
     assert [(b["n"], b["trials"], b["holding"]) for b in document["baseline"]] == \
         [(2, 20, 9), (3, 10, 2)]
@@ -101,7 +102,7 @@ def test_cli_tolerance_is_applied(store, capsys):
     assert document["tol"] == 1e-6
     alpha = next(r for r in document["summary"]
                  if (r["model"], r["token_set"]) == ("alpha", "all"))
-    assert (alpha["holding"], alpha["inputs"]) == (8, 12)
+    assert (alpha["holding"], alpha["cells"], alpha["inputs"]) == (8, 12, 4)
 
 
 def test_cli_tolerance_above_the_window_is_a_one_line_error(store, capsys):
@@ -115,7 +116,8 @@ def test_csv_is_the_per_layer_rates_table(store, capsys):
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     assert len(rows) == 7
     beta = next(r for r in rows if r["model"] == "beta")
-    assert (beta["holding"], beta["inputs"], float(beta["rate"])) == ("1", "2", 0.5)
+    assert (beta["holding"], beta["cells"], beta["inputs"], float(beta["rate"])) == (
+        "1", "2", "2", 0.5)
 
 
 def test_csv_writes_every_table_and_names_an_absent_one(store, capsys):
@@ -164,7 +166,8 @@ def test_a_store_with_no_verdicts_yet_reports_counts_and_no_rates(tmp_path, caps
     path = write_store(tmp_path / "fresh.zarr", {"m": FixtureModel(np.zeros(status.shape), status)})
     assert main(["report", str(path), "--format", "json"]) == 0
     summary = json.loads(capsys.readouterr().out)["summary"]
-    assert [(s["inputs"], s["pending"], s["rate"]) for s in summary] == [(0, 6, None)] * 2
+    assert [(s["inputs"], s["cells"], s["pending"], s["rate"]) for s in summary] == [
+        (0, 0, 6, None)] * 2
     assert main(["report", str(path)]) == 0
     assert "| m | – (0/0) | – (0/0) | 12 |" in capsys.readouterr().out
 
@@ -187,6 +190,7 @@ def test_a_model_with_no_inputs_has_no_tested_cells(tmp_path, capsys):
     path = write_store(tmp_path / "empty.zarr", {"m": FixtureModel(none, none.astype(np.int8))})
     assert main(["report", str(path), "--format", "json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert [(s["inputs"], s["rate"]) for s in document["summary"]] == [(0, None)] * 2
+    assert [(s["inputs"], s["cells"], s["rate"]) for s in document["summary"]] == [
+        (0, 0, None)] * 2
     assert [(t["inputs"], t["n_median"]) for t in document["token_counts"]] == [(0, None)] * 2
     assert [(r["inputs"], r["ratio_max"]) for r in document["rollout"]] == [(0, None)] * 2

@@ -57,7 +57,7 @@ def test_one_token_cells_are_skipped_not_scored(store):
     rates = holding_rates(open_results(store))
     cell = rates[(rates["model"] == "gamma") & (rates["layer"] == 0)
                  & (rates["token_set"] == "content-complement")].iloc[0]
-    assert (cell["inputs"], cell["holding"], cell["skipped"], cell["pending"]) == (3, 2, 1, 0)
+    assert (cell["cells"], cell["holding"], cell["skipped"], cell["pending"]) == (3, 2, 1, 0)
 
 
 def test_attribution_decomposes_the_all_token_failures(store):

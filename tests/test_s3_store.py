@@ -113,10 +113,9 @@ def test_a_dask_sweep_on_s3_then_status_report_and_xarray_read_it(s3_bucket, tmp
     fs_options = {"key": CREDENTIALS["AWS_ACCESS_KEY_ID"],
                   "secret": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
                   "client_kwargs": {"endpoint_url": ENDPOINT}}
-    with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
-        warnings.simplefilter("ignore")
-        plain = xr.open_datatree(store, engine="zarr", storage_options=fs_options,
-                                 consolidated=False)
+    with warnings.catch_warnings():  # a finished run consolidated the metadata: no listing
+        warnings.simplefilter("error")
+        plain = xr.open_datatree(store, engine="zarr", storage_options=fs_options)
     np.testing.assert_array_equal(plain["vit/results/holds"].values,
                                   tree["vit"]["holds"].values)
 

@@ -11,5 +11,5 @@ import lazy_loader
 
 # The public names, each imported from its module on first use.
 __getattr__, __dir__, __all__ = lazy_loader.attach(__name__, submod_attrs={
-    "results": ["open_results", "holding_rates"],
+    "results": ["open_results", "holding_rates", "cells"],
 })

@@ -7,8 +7,9 @@ xarray's (`cell_counts` here, `group_counts` and `rates` in `storage.query.count
 turns the result into a pandas table only at the end, for the report to render.
 
 Why not `xr.open_datatree(store, engine="zarr")` alone: it does open a sweep store, to the same
-values (`tests/test_query.py` keeps it so), but it lists the root (warning on the `.sweep`
-bookkeeping folder), puts the verdicts one level down (`/<model>/results`), has no coordinates
+values and without a warning once a run has consolidated the metadata (`tests/test_query.py`,
+`tests/test_doc_snippets.py` keep it so), but mid-run it lists the root (warning on the `.sweep`
+bookkeeping folder), it puts the verdicts one level down (`/<model>/results`), has no coordinates
 (input ids, token-set names, relative depth come from the model's attrs), and a store whose
 arrays do not match `storage.layout` fails deep inside xarray. `open_results` reads the writer's
 list of models, checks every array's dims and shape against the layout (one-line InputError
@@ -45,9 +46,12 @@ from storage.location import Location, StoreLike, locate
 from storage.query.counts import group_counts, rates
 from storage.query.nulls import baseline_dataset, matched_nulls_dataset
 from storage.query.statistics import wilson_interval
+from storage.query.tidy import model_names, tidy_cells
 
-GROUP_KEYS = ("model", "layer", "head", "token_set", "depth")
-COUNT_COLUMNS = ("inputs", "holding", "pending", "skipped", "disagreements")
+GROUP_KEYS = ("model", "input", "layer", "head", "token_set", "depth")
+COUNT_COLUMNS = ("cells", "holding", "pending", "skipped", "disagreements")
+"""What `cell_counts` sums per cell; `holding_rates` adds `inputs`, which is not a sum (an input
+tested in two layers of a group counts once)."""
 
 
 def open_results(store: StoreLike, storage_options: dict | None = None) -> xr.DataTree:
@@ -79,9 +83,13 @@ def open_results(store: StoreLike, storage_options: dict | None = None) -> xr.Da
     return xr.DataTree.from_dict(nodes)
 
 
-def model_names(tree: xr.DataTree) -> list[str]:
-    """Names of the model nodes of a tree from `open_results`, in the store's `models` order."""
-    return [name for name in tree.children if name != BASELINE_GROUP]
+def cells(store: StoreLike, storage_options: dict | None = None,
+          models: Sequence[str] | None = None) -> xr.Dataset:
+    """Every cell of a store across models as one lazy Dataset along `cell`
+    (`storage.query.tidy.tidy_cells`): coordinates model, input, layer, relative_depth, head,
+    token_set; every result variable and `n_tokens`. `store` and `storage_options` as for
+    `open_results`; `models` picks some (default: all, in the store's order)."""
+    return tidy_cells(open_results(store, storage_options), models)
 
 
 def holding_rates(
@@ -92,38 +100,44 @@ def holding_rates(
 ) -> pd.DataFrame:
     """Tidy table of holding rates: one row per group of `by`, counts summed before dividing.
 
+    `by`: any of model, input (the input id: an input of several models is one group), layer,
+    head, token_set, depth (the bin index of relative depth in `depth_bins` equal bins).
     Columns: the `by` keys (plus `relative_depth` when grouping by model and layer, and
-    `depth_low`/`depth_high` when grouping by `depth`, the bin index of relative depth in
-    `depth_bins` equal bins), then `inputs` (cells with status OK), `holding`, `rate`, `ci_low`,
-    `ci_high` (95% Wilson), `pending` (not computed yet), `skipped` (empty row / too small) and
-    `disagreements` (OK cells whose stored verdict and characterisation differ; expected 0).
+    `depth_low`/`depth_high` when grouping by `depth`), then `inputs` (distinct inputs with at
+    least one tested cell in the group, an input of each model counted apart), `cells` (cells
+    tested: status OK), `holding` (of those cells), `rate` = holding / cells, `ci_low`,
+    `ci_high` (95% Wilson over cells), `pending` (not computed yet), `skipped` (empty row / too
+    small) and `disagreements` (OK cells whose stored verdict and characterisation differ;
+    expected 0). A cell is one matrix: (input, layer) for a head-averaged model, (input, layer,
+    head) for one that kept every head.
     `tol` (<= SLACK_WINDOW) re-applies a tolerance to every stored verdict: holds := margin <=
     tol, holds_by_characterisation := slack <= tol (so disagreements are recounted too).
-    Counts are of (input, head) cells: inputs for a head-averaged model, input-head pairs for a
-    model that kept every head; `by` may include `head`.
     """
+    if "input" in by:
+        _check_by(by, depth_bins)
+        return rates_from_cells(input_cell_counts(tree, tol), by, depth_bins)
     return rates_from_cells(cell_counts(tree, tol), by, depth_bins)
 
 
 def rates_from_cells(
     cells: xr.Dataset, by: Sequence[str] = ("model", "layer", "token_set"), depth_bins: int = 3
 ) -> pd.DataFrame:
-    """`holding_rates` from `cell_counts`: compute the counts once, group them many ways.
+    """`holding_rates` from `cell_counts` (or `input_cell_counts`): compute the counts once,
+    group them many ways.
 
     The counts are summed per group by xarray (`group_counts`) and divided once (`rates`); the
     result becomes a table only here, for the report to render.
     """
-    by = list(dict.fromkeys(by))
-    unknown = [key for key in by if key not in GROUP_KEYS]
-    if unknown:
-        raise InputError(f"cannot group holding rates by {unknown}: choose from {list(GROUP_KEYS)}")
-    if depth_bins < 1:
-        raise InputError(f"depth_bins must be a positive integer, got {depth_bins}")
+    by = _check_by(by, depth_bins)
+    if "input" in by and "input" not in cells.coords:
+        raise InputError("cannot group these counts by input: they are summed over inputs "
+                         "(use input_cell_counts)")
     cells = cells.assign_coords(
         depth=("cell", depth_bin(cells["relative_depth"].values, depth_bins)))
     layers = "model" in by and "layer" in by  # one relative depth per group: the layer's own
     groups = group_counts(cells[list(COUNT_COLUMNS)], by, keep=["relative_depth"] if layers else [])
     columns = {key: groups[key].values for key in by}
+    columns["inputs"] = distinct_inputs(cells, by, groups)
     columns.update({name: groups[name].values for name in COUNT_COLUMNS})
     if layers:
         columns["relative_depth"] = groups["relative_depth"].values
@@ -131,32 +145,80 @@ def rates_from_cells(
         columns["depth_low"] = groups["depth"].values / depth_bins
         columns["depth_high"] = (groups["depth"].values + 1) / depth_bins
     columns.update({name: values.values for name, values in rates(
-        groups["holding"], groups["inputs"]).items()})
+        groups["holding"], groups["cells"]).items()})
     return pd.DataFrame(columns)
+
+
+def _check_by(by: Sequence[str], depth_bins: int) -> list[str]:
+    by = list(dict.fromkeys(by))
+    unknown = [key for key in by if key not in GROUP_KEYS]
+    if unknown:
+        raise InputError(f"cannot group holding rates by {unknown}: choose from {list(GROUP_KEYS)}")
+    if depth_bins < 1:
+        raise InputError(f"depth_bins must be a positive integer, got {depth_bins}")
+    return by
+
+
+def distinct_inputs(cells: xr.Dataset, by: Sequence[str], groups: xr.Dataset) -> np.ndarray:
+    """Per group of `groups` (from `group_counts(cells, by)`): the inputs with at least one
+    tested cell in it, an input of each model counted apart. From `tested` (cell, slot) of
+    `cell_counts`, or from per-input cells (an `input` coordinate: `input_cell_counts`)."""
+    per_input = "input" in cells.coords
+    keys = list(dict.fromkeys(["model", *by, *(["input"] if per_input else [])]))
+    frame = pd.DataFrame({key: cells[key].values for key in keys})
+    found: dict[tuple, int] = {}
+    tested = cells["cells"].values > 0 if per_input else cells["tested"].values
+    for sub, rows in frame.groupby(keys, sort=False, dropna=False).indices.items():
+        sub = sub if isinstance(sub, tuple) else (sub,)
+        at = dict(zip(keys, sub, strict=True))
+        count = int(tested[rows].any()) if per_input else int(tested[rows].any(axis=0).sum())
+        group = tuple(at[key] for key in by)
+        found[group] = found.get(group, 0) + count
+    return np.array([found.get(tuple(groups[key].values[i] for key in by), 0)
+                     for i in range(groups.sizes["group"])], dtype=np.int64)
 
 
 def cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
     """Counts per (model, layer, head, token_set) along one `cell` dim (coordinates model,
-    layer, head, token_set, relative_depth): OK inputs, holding among them, pending, skipped,
-    disagreements, each summed over the inputs by xarray."""
+    layer, head, token_set, relative_depth): OK cells, holding among them, pending, skipped,
+    disagreements, each summed over the inputs by xarray; and `tested` (cell, slot): whether
+    the model's input at position `slot` has a verdict there (False beyond its inputs), from
+    which `distinct_inputs` counts inputs."""
     tol = check_tol(tol)
     names = model_names(tree)
-    computed = dask.compute(*[_counts(tree[name].to_dataset(), tol) for name in names])
-    cells = [
-        counts.stack(cell=("layer", "head", "token_set")).reset_index("cell")
-        .assign_coords(model=("cell", np.full(
-            counts["layer"].size * counts["head"].size * counts["token_set"].size, name,
-            dtype=object)))
-        for name, counts in zip(names, computed, strict=True)
-    ]
+    computed = dask.compute(*[(_counts(tree[name].to_dataset(), tol),
+                               ok(tree[name].to_dataset())) for name in names])
+    slots = max((int(done.sizes["input"]) for _, done in computed), default=0)
+    cells = []
+    for name, (counts, done) in zip(names, computed, strict=True):
+        stacked = counts.stack(cell=("layer", "head", "token_set")).reset_index("cell")
+        size = stacked.sizes["cell"]
+        tested = np.zeros((size, slots), dtype=bool)
+        tested[:, :done.sizes["input"]] = done.transpose(
+            "layer", "head", "token_set", "input").values.reshape(size, -1)
+        cells.append(stacked.assign_coords(model=("cell", np.full(size, name, dtype=object)))
+                     .assign(tested=(("cell", "slot"), tested)))
     if not cells:
         empty = {key: ("cell", np.array([], dtype=dtype)) for key, dtype in (
             ("model", object), ("layer", np.int64), ("head", object), ("token_set", object),
             ("relative_depth", np.float64))}
-        return xr.Dataset({name: ("cell", np.array([], dtype=np.int64))
-                           for name in COUNT_COLUMNS}, coords=empty)
+        return xr.Dataset({name: ("cell", np.array([], dtype=np.int64)) for name in COUNT_COLUMNS}
+                          | {"tested": (("cell", "slot"), np.zeros((0, 0), dtype=bool))},
+                          coords=empty)
     cells = xr.concat(cells, dim="cell")
     return cells.assign({name: cells[name].astype(np.int64) for name in COUNT_COLUMNS})
+
+
+def input_cell_counts(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
+    """`cell_counts` without the sum over inputs: one `cell` per (model, input, layer, head,
+    token_set) (`storage.query.tidy.tidy_cells`), each count 0 or 1; for grouping by input."""
+    tol = check_tol(tol)
+    tidy = tidy_cells(tree)
+    if not tidy.sizes.get("cell", 0):
+        return tidy.assign({name: ("cell", np.array([], dtype=np.int64))
+                            for name in COUNT_COLUMNS})
+    counts = _indicators(tidy, tol).compute()
+    return counts.assign({name: counts[name].astype(np.int64) for name in COUNT_COLUMNS})
 
 
 def holds(ds: xr.Dataset, tol: float | None = None) -> xr.DataArray:
@@ -217,19 +279,22 @@ def check_tol(tol: float | None) -> float | None:
     return value
 
 
-def _counts(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
+def _indicators(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
+    """Per cell of `ds`: whether it is tested (`cells`), holds, is pending, skipped, or a
+    disagreement; the counts `COUNT_COLUMNS` before any sum."""
     status = ds["status"]
     done = ok(ds)
-    return xr.Dataset(
-        {
-            "inputs": done.sum("input"),
-            "holding": (done & holds(ds, tol)).sum("input"),
-            "pending": (status == ResultStatus.NOT_COMPUTED).sum("input"),
-            "skipped": (~done & (status != ResultStatus.NOT_COMPUTED)).sum("input"),
-            "disagreements": (done & (holds(ds, tol) != holds_by_characterisation(ds, tol)))
-            .sum("input"),
-        }
-    )
+    return xr.Dataset({
+        "cells": done,
+        "holding": done & holds(ds, tol),
+        "pending": status == ResultStatus.NOT_COMPUTED,
+        "skipped": ~done & (status != ResultStatus.NOT_COMPUTED),
+        "disagreements": done & (holds(ds, tol) != holds_by_characterisation(ds, tol)),
+    })
+
+
+def _counts(ds: xr.Dataset, tol: float | None) -> xr.Dataset:
+    return _indicators(ds, tol).sum("input")
 
 
 def _open_root(location: Location) -> zarr.Group:

@@ -36,6 +36,7 @@ COMMANDS: dict[str, str] = {
     "run": "run a sweep config into its Zarr store (resumes an existing store)",
     "status": "done/pending/failed shards of a store, per model and stage",
     "report": "tables and figures of a sweep store",
+    "compare": "two sweep stores side by side: rates, their difference, cells that differ",
     "show": "one input up close: per layer its verdict and the pair of tokens attaining kappa",
     "precision": "re-extract a sample of a store's inputs at a lower dtype: verdicts that flip",
 }

@@ -143,7 +143,8 @@ def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
 def _finished_groups(store: StoreLike, names: list[str]) -> dict[str, dict[str, Any]]:
     """Fingerprint inputs of the finished groups among `names` and the store's recorded models
     (looked up by name: listing the root would warn about `.sweep`)."""
-    root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r", zarr_format=3)
+    root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r", zarr_format=3,
+                           use_consolidated=False)
     out = {}
     for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
         if name not in root:

@@ -22,7 +22,9 @@ from storage.device_pin import forget_device
 from storage.layout import NULLS_GROUP
 from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
+    consolidate,
     create_root,
+    drop_consolidated,
     ensure_baseline,
     ensure_matched_nulls,
     ensure_model,
@@ -160,6 +162,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
             "fingerprint" in group.attrs else None
         weights[model.name] = weights_record(model.spec, stored)
         check_weights(config.store, model.name, stored, weights[model.name])
+    drop_consolidated(config.store_ref)  # refusals done: no stale copy while this run writes
     for model in plan.models:
         if ensure_model(
             root, model.name, input_ids=facts[model.name].input_ids, n_layers=model.n_layers,
@@ -391,6 +394,8 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                 markers.mark_failed(task.store, task.scope, task.marker, error)
             except OSError as caught:  # the task's own error says more: reported first
                 unwritten = unwritten or caught
+    if unwritten is None:  # no task runs any more: the metadata is final, readers get one copy
+        consolidate(plan.config.store_ref)
     raised = getattr(executor, "raised", None)
     if raised is not None:
         key, error = raised

@@ -23,8 +23,8 @@ import pandas as pd
 from sweep.config.controls import control_pairs
 from workers.exact.token_kinds import reading_label
 
-COLUMNS = ["model", "control", "token_set", "holding", "inputs", "rate", "control_holding",
-           "control_inputs", "control_rate", "difference", "ci_low", "ci_high"]
+COLUMNS = ["model", "control", "token_set", "holding", "cells", "rate", "control_holding",
+           "control_cells", "control_rate", "difference", "ci_low", "ci_high"]
 
 
 def newcombe_interval(rate: float, interval: tuple[float, float], control_rate: float,
@@ -40,7 +40,7 @@ def newcombe_interval(rate: float, interval: tuple[float, float], control_rate: 
 
 
 def controls_table(summary: pd.DataFrame) -> pd.DataFrame:
-    """Trained-vs-control rows from the headline table (model, token_set, holding, inputs, rate,
+    """Trained-vs-control rows from the headline table (model, token_set, holding, cells, rate,
     ci_low, ci_high), in the summary's model order; token sets both models were tested on."""
     rows = []
     by_key = {(r["model"], r["token_set"]): r for r in summary.to_dict("records")}
@@ -55,9 +55,9 @@ def controls_table(summary: pd.DataFrame) -> pd.DataFrame:
             )
             rows.append({
                 "model": model, "control": control, "token_set": token_set,
-                "holding": int(trained["holding"]), "inputs": int(trained["inputs"]),
+                "holding": int(trained["holding"]), "cells": int(trained["cells"]),
                 "rate": float(trained["rate"]), "control_holding": int(random["holding"]),
-                "control_inputs": int(random["inputs"]), "control_rate": float(random["rate"]),
+                "control_cells": int(random["cells"]), "control_rate": float(random["rate"]),
                 "difference": float(trained["rate"]) - float(random["rate"]),
                 "ci_low": low, "ci_high": high,
             })
@@ -84,8 +84,8 @@ def markdown_section(table: pd.DataFrame, interval: str = NEWCOMBE) -> list[str]
     for r in table.to_dict("records"):
         out.append(
             f"| {r['model']} | {r['control']} | {reading_label(r['token_set'])} | "
-            f"{r['holding']}/{r['inputs']} "
-            f"| {_percent(r['rate'])} | {r['control_holding']}/{r['control_inputs']} | "
+            f"{r['holding']}/{r['cells']} "
+            f"| {_percent(r['rate'])} | {r['control_holding']}/{r['control_cells']} | "
             f"{_percent(r['control_rate'])} | {_points(r['difference'])} "
             f"[{_points(r['ci_low'])}, {_points(r['ci_high'])}] |"
         )

@@ -183,15 +183,15 @@ def pooled_seed_findings(seeds: pd.DataFrame | None) -> list[dict]:
 
 def depth_findings(rates: pd.DataFrame) -> list[dict]:
     """`failures_by_layer` per model and token set from the per-layer table (model, layer,
-    token_set, inputs, holding): every layer whose share of the failures has a simultaneous
+    token_set, cells, holding): every layer whose share of the failures has a simultaneous
     95% Wilson interval above its share of the tested pairs concentrates them."""
     out = []
     for (model, token_set), group in rates.groupby(["model", "token_set"], sort=False):
         group = group.sort_values("layer")
         layers = [int(v) for v in group["layer"]]
-        failures = [int(n) - int(k) for n, k in zip(group["inputs"], group["holding"],
+        failures = [int(n) - int(k) for n, k in zip(group["cells"], group["holding"],
                                                    strict=True)]
-        tested, total = [int(n) for n in group["inputs"]], sum(failures)
+        tested, total = [int(n) for n in group["cells"]], sum(failures)
         counts = ", ".join(f"layer {layer}: {f}" for layer, f in zip(layers, failures,
                                                                       strict=True))
         if total == 0 or len(layers) < 2:
@@ -224,7 +224,7 @@ def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]],
                   intervals: dict[tuple[str, str, str], tuple[float, float]] | None = None,
                   ci_method: str = "bootstrap") -> list[dict]:
     """`per_head_vs_head_mean` for each (head-mean model, per-head model) pair, per token set,
-    from the headline table (model, token_set, holding, inputs, rate, ci_low, ci_high): the
+    from the headline table (model, token_set, holding, cells, rate, ci_low, ci_high): the
     difference's interval from `intervals` ((per-head, head-mean, token set) -> ends, made by
     `ci_method`) where given, else Newcombe's from the table's two Wilson intervals."""
     pairs = list(pairs)
@@ -235,7 +235,7 @@ def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]],
     for mean_model, each_model in pairs:
         for token_set in dict.fromkeys(summary.loc[summary["model"] == each_model, "token_set"]):
             each, mean = by_key.get((each_model, token_set)), by_key.get((mean_model, token_set))
-            if mean is None or not (each["inputs"] and mean["inputs"]):
+            if mean is None or not (each["cells"] and mean["cells"]):
                 continue
             if intervals is None:
                 method = "newcombe"
@@ -245,9 +245,9 @@ def head_findings(summary: pd.DataFrame, pairs: Iterable[tuple[str, str]],
                 method = ci_method
                 low, high = intervals.get((each_model, mean_model, token_set),
                                           (math.nan, math.nan))
-            note = (f" (per head {_percent(each['rate'])}, {each['holding']}/{each['inputs']} "
+            note = (f" (per head {_percent(each['rate'])}, {each['holding']}/{each['cells']} "
                     f"input-layer-head cells; head mean {_percent(mean['rate'])}, "
-                    f"{mean['holding']}/{mean['inputs']} input-layer pairs)")
+                    f"{mean['holding']}/{mean['cells']} input-layer pairs)")
             out.append(compare(each_model, token_set, "per_head_vs_head_mean",
                                each["rate"] - mean["rate"], low, high,
                                f"the head-mean rate of {mean_model}", note,

@@ -137,7 +137,7 @@ def interval_table(summary: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.Da
     rows = []
     for r in summary.to_dict("records"):
         key = (r["model"], r["token_set"])
-        if key not in counts or not r["inputs"]:
+        if key not in counts or not r["cells"]:
             continue
         _, k, m = counts[key]
         low, high = rate_interval(k, m, how.resamples, how.rng("rate", *key))

@@ -31,7 +31,7 @@ from storage.query.results import model_names
 from storage.query.statistics import Z95, wilson_interval
 from workers.exact.token_kinds import reading_label
 
-LIFT_COLUMNS = ["observed_inputs", "observed_holding", "observed_rate", "lift", "lift_ci_low",
+LIFT_COLUMNS = ["observed_cells", "observed_holding", "observed_rate", "lift", "lift_ci_low",
                 "lift_ci_high", "comparisons", "lift_sim_low", "lift_sim_high"]
 FAMILY_LEVEL = 0.95  # what a model's lift intervals hold together at
 
@@ -64,7 +64,7 @@ def newcombe_interval(k1: int, n1: int, k2: int, n2: int,
 def null_lifts(tree: xr.DataTree, summary: pd.DataFrame) -> pd.DataFrame:
     """Every model's size-matched nulls (`storage.query.nulls.matched_null_table`) with the
     observed rate of the same (model, token set) from `summary` (`holding_rates` by model and
-    token set) and the lift: observed_inputs, observed_holding, observed_rate, lift,
+    token set) and the lift: observed_cells, observed_holding, observed_rate, lift,
     lift_ci_low, lift_ci_high (95%), comparisons (the model's lifts with counts on both sides),
     lift_sim_low, lift_sim_high (at the Bonferroni level over them); NaN where either side has
     no count yet."""
@@ -74,26 +74,26 @@ def null_lifts(tree: xr.DataTree, summary: pd.DataFrame) -> pd.DataFrame:
 def add_lifts(nulls: pd.DataFrame, summary: pd.DataFrame) -> pd.DataFrame:
     """`nulls` (model, token_set, null, trials, holding, ...) with the observed counts of
     `summary` and the lifts: the columns of `null_lifts`. Pure: tables in, table out."""
-    observed = summary[["model", "token_set", "inputs", "holding", "rate"]].rename(
-        columns={"inputs": "observed_inputs", "holding": "observed_holding",
+    observed = summary[["model", "token_set", "cells", "holding", "rate"]].rename(
+        columns={"cells": "observed_cells", "holding": "observed_holding",
                  "rate": "observed_rate"})
     table = nulls.merge(observed, on=["model", "token_set"], how="left")
-    defined = [bool(np.isfinite(r["observed_inputs"]) and r["observed_inputs"] > 0
+    defined = [bool(np.isfinite(r["observed_cells"]) and r["observed_cells"] > 0
                     and r["trials"] > 0) for r in table.to_dict("records")]
     table["comparisons"] = pd.Series(defined, index=table.index, dtype=np.int64).groupby(
         table["model"]).transform("sum").astype(np.int64)
     lifts = [
-        (*newcombe_interval(int(r["observed_holding"]), int(r["observed_inputs"]),
+        (*newcombe_interval(int(r["observed_holding"]), int(r["observed_cells"]),
                             int(r["holding"]), int(r["trials"])),
-         *newcombe_interval(int(r["observed_holding"]), int(r["observed_inputs"]),
+         *newcombe_interval(int(r["observed_holding"]), int(r["observed_cells"]),
                             int(r["holding"]), int(r["trials"]),
                             simultaneous_z(int(r["comparisons"])))[1:])
-        if np.isfinite(r["observed_inputs"]) else (math.nan,) * 5
+        if np.isfinite(r["observed_cells"]) else (math.nan,) * 5
         for r in table.to_dict("records")
     ]
     (table["lift"], table["lift_ci_low"], table["lift_ci_high"], table["lift_sim_low"],
      table["lift_sim_high"]) = np.array(lifts, dtype=np.float64).reshape(-1, 5).T
-    for column in ("observed_inputs", "observed_holding"):
+    for column in ("observed_cells", "observed_holding"):
         table[column] = table[column].fillna(0).astype(np.int64)
     return table
 
@@ -115,7 +115,7 @@ def lift_lines(table: pd.DataFrame) -> list[str]:
         first = next(iter(by_null.values()))
         observed = first["observed_rate"]
         cells = [model, reading_label(str(token_set)), "–" if not math.isfinite(observed) else
-                 f"{100 * observed:.1f}% ({first['observed_holding']}/{first['observed_inputs']})"]
+                 f"{100 * observed:.1f}% ({first['observed_holding']}/{first['observed_cells']})"]
         for null in nulls:
             r = by_null.get(null)
             if r is None or not math.isfinite(r["rate"]):

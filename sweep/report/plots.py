@@ -101,7 +101,7 @@ def _legend_below(figure: Figure, axes: np.ndarray) -> None:
 
 def _rate_line(ax, rows, colour: str, label: str, style: str = "-") -> None:
     """Holding rate against relative depth with its 95% Wilson band (an error bar at one layer)."""
-    rows = rows[rows["inputs"] > 0].sort_values("relative_depth")
+    rows = rows[rows["cells"] > 0].sort_values("relative_depth")
     if rows.empty:
         return
     x, rate = rows["relative_depth"].to_numpy(), rows["rate"].to_numpy()

@@ -58,7 +58,7 @@ from workers.exact.token_kinds import reading_label
 
 DEPTH_BINS = 3  # the depth section's relative-depth bins: thirds
 LAST_THIRD = 2  # index of the last of them
-RATE_COLUMNS = ["inputs", "holding", "rate", "ci_low", "ci_high"]
+RATE_COLUMNS = ["inputs", "cells", "holding", "rate", "ci_low", "ci_high"]
 
 
 @dataclass(frozen=True)
@@ -163,9 +163,9 @@ def head_rates(tree: xr.DataTree, cells: xr.Dataset) -> pd.DataFrame | None:
 
 
 def failures_by_depth(cells: xr.Dataset) -> pd.DataFrame:
-    """Per model and token set, from `cell_counts`: failures (inputs - holding, over every layer)
+    """Per model and token set, from `cell_counts`: failures (cells - holding, over every layer)
     and the share of them in the last third of the layers (relative depth), summed by xarray."""
-    failures = cells["inputs"] - cells["holding"]
+    failures = cells["cells"] - cells["holding"]
     last = depth_bin(cells["relative_depth"].values, DEPTH_BINS) == LAST_THIRD
     counts = xr.Dataset({"failures": failures,
                          "last_third": failures.where(xr.DataArray(last, dims="cell"), 0)})
@@ -211,12 +211,12 @@ def special_pairs(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
         failing = done & ~holds(every, tol)
         lazy.append((done.sum(), (done & special).sum(), failing.sum(), (failing & special).sum()))
         names.append(name)
-    columns = ["model", "inputs", "special", "failing", "failing_special"]
+    columns = ["model", "cells", "special", "failing", "failing_special"]
     rows = [
         dict(zip(columns, [name, *map(int, counts)], strict=True))
         for name, counts in zip(names, dask.compute(*lazy), strict=True)
     ]
-    table = with_rates(pd.DataFrame(rows, columns=columns), "special", "inputs")
+    table = with_rates(pd.DataFrame(rows, columns=columns), "special", "cells")
     return with_rates(table, "failing_special", "failing", prefix="failing_")
 
 
@@ -318,7 +318,7 @@ def render_markdown(report: Report) -> str:
                   rates=True, counts=False)
     out += ["How often every attaining pair (all tokens) involves a special token:", ""]
     pairs = report.special_pairs.assign(
-        all_pairs=_fraction(report.special_pairs, "special", "inputs", ""),
+        all_pairs=_fraction(report.special_pairs, "special", "cells", ""),
         failing_pairs=_fraction(report.special_pairs, "failing_special", "failing", "failing_"),
     )
     out += _table(pairs, ["model", "all_pairs", "failing_pairs"])
@@ -470,11 +470,11 @@ def _rate_and_interval(record: dict, prefix: str = "") -> str:
 
 
 def _headline(summary: pd.DataFrame) -> list[str]:
-    """One row per model, one column per token set: rate [CI] (holding/inputs)."""
+    """One row per model, one column per token set: rate [CI] (holding/cells)."""
     if summary.empty:  # every model has token sets: a row each, tested or not
         return ["(no models in this store yet: `sweep run` adds the models its config lists)",
                 ""]
-    cells = summary.assign(cell=_fraction(summary, "holding", "inputs", ""))
+    cells = summary.assign(cell=_fraction(summary, "holding", "cells", ""))
     wide = cells.pivot(index="model", columns="token_set", values="cell")
     order = list(dict.fromkeys(summary["token_set"]))
     totals = summary.groupby("model", sort=False)[["pending", "disagreements"]].sum()
@@ -486,7 +486,7 @@ def _headline(summary: pd.DataFrame) -> list[str]:
 
 
 def _table(frame: pd.DataFrame, columns: list[str], rates: bool = False, counts: bool = True,
-           k: str = "holding", n: str = "inputs") -> list[str]:
+           k: str = "holding", n: str = "cells") -> list[str]:
     """A Markdown table of `columns`, plus `k/n` (when `counts`), rate and 95% CI when `rates`.
     Hand-built: DataFrame.to_markdown (tabulate) pads every cell to its column's width, which
     would change every report's bytes and widen its long tables for no reader's gain."""
