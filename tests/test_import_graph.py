@@ -23,7 +23,7 @@ PACKAGES = ("storage", "workers", "sweep")
 ORDER: dict[str, list[str]] = {
     "sweep": ["terminal", "config", "clusters", "driver", "report show", "cli", "*"],
     "sweep.terminal": ["faults interrupts quiet_logs", "*"],
-    "sweep.config": ["yaml_io", "schema", "controls seeds", "load", "*"],
+    "sweep.config": ["yaml_io", "schema", "controls seeds checkpoints", "load", "*"],
     "sweep.clusters": ["config", "local slurm kubernetes", "client", "*"],
     "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
                      "preflight", "runner", "graph", "*"],
@@ -38,6 +38,7 @@ ORDER: dict[str, list[str]] = {
                       "readings", "*"],
     "workers.nulls": ["registry", "baseline", "matched", "*"],
     "workers.inputs": ["base", "*"],
+    "workers.models.trained_vit": ["options", "data", "training", "adapter", "*"],
     "workers.models": ["determinism ft_options random_init tiny_text", "registry",
                        "token_layout", "extraction ft_data", "ft_training",
                        "ft_transformer hf timm_", "*"],

@@ -230,6 +230,8 @@ def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
             return _trained_spec(spec, options, seed)
         weights = options.pop("weights", None) if spec.family == "timm" else None
         config = _image_size(source, spec.modality, options, spec.options)
+        if spec.family == "hf" and spec.pretrained:
+            config.update(_revision(source, options))
         _reject_options(source, options)
         return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None,
                        config=_cfg(**config))
@@ -242,7 +244,7 @@ def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
             raise InputError(
                 f"model {source!r}: modality must be 'image' or 'text', not {modality!r}"
             )
-        config = _image_size(source, modality, options, {})
+        config = {**_image_size(source, modality, options, {}), **_revision(source, options)}
         _reject_options(source, options)
         path = Path(target).expanduser()
         resolved = str(path.resolve()) if path.is_dir() else target
@@ -297,6 +299,18 @@ def _image_size(source: str, modality: str, options: dict[str, Any],
             f"sweep plans (attention grows as (size / patch)^4: 1.8 GB per layer and image at "
             f"{MAX_IMAGE_SIZE} px, patch 14)")
     return {**config, "image_size": size}
+
+
+def _revision(source: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`{"revision": r}` for a Hugging Face model's `revision` option (a hub branch, tag or
+    commit; for a local folder that is a git repository, a commit of it), else {}."""
+    if "revision" not in options:
+        return {}
+    revision = options.pop("revision")
+    if not isinstance(revision, str) or not revision:
+        raise InputError(f"model {source!r}: option revision={revision!r} must be a branch, tag "
+                         f"or commit name")
+    return {"revision": revision}
 
 
 def _reject_options(source: str, options: dict[str, Any]) -> None:
