@@ -90,6 +90,7 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
     trained = _trained_models(config)
     expanded = expand_checkpoints(expand_controls(expand_seeds(config, trained)),
                                   _trained_expanded(config, trained))
+    _check_epochs(expanded)
     _few_enough_models(len(expanded.models), " (seed replicates and controls included)")
     check_model_names(list(expanded.models))
     return expanded
@@ -111,6 +112,17 @@ def _trained_models(config: SweepConfig) -> list[str]:
     return [name for name, entry in config.models.items()
             if (entry.seeds is not None or entry.checkpoints is not None)
             and needs_preparation(resolve_model(entry.source, **entry.options))]
+
+
+def _check_epochs(config: SweepConfig) -> None:
+    """InputError naming the first checkpoint model whose options its family refuses (an epoch
+    past the last one trained), before anything is planned."""
+    for name, entry in config.models.items():
+        if "checkpoint" in entry.options:
+            try:
+                resolve_model(entry.source, **entry.options)
+            except InputError as error:
+                raise InputError(f"models.{name}.checkpoints: {error}") from None
 
 
 def _trained_expanded(config: SweepConfig, trained: list[str]) -> list[str]:

@@ -17,8 +17,8 @@ through `interpolate_pos_encoding`).
 from __future__ import annotations
 
 import importlib.util
-import io
 import inspect
+import io
 import shutil
 import subprocess
 import tarfile

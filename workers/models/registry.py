@@ -118,7 +118,7 @@ class ModelSpec:
         left out when it is the default `mean`, so the fingerprints of stores and checkpoints made
         before the option stay as they were."""
         out = asdict(self)
-        out["config"] = dict(self.config)
+        out["config"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.config}
         if out["heads"] == "mean":
             del out["heads"]
         return out
