@@ -27,7 +27,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.clusters": ["config", "local slurm kubernetes", "client", "*"],
     "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
                      "preflight", "runner", "graph", "*"],
-    "sweep.report": ["controls nulls precision readings seeds training", "intervals",
+    "sweep.report": ["controls nulls precision readings seeds", "training intervals",
                      "findings", "tables", "html plots precision_flips", "*"],
     "sweep.show": ["view source", "figure", "*"],
     "sweep.cli": ["outputs", "commands", "entry", "*"],
