@@ -117,3 +117,17 @@ def test_it_needs_the_digits_as_images(tmp_path):
     wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
     with pytest.raises(InputError, match="needs the digits as images"):
         prepare_model(spec(), wine, tmp_path)
+
+
+def test_sweep_show_says_which_digit_and_draws_it_with_its_patches(digits):
+    from sweep.show.source import describe_input
+    from workers.exact.token_kinds import TokenKind
+
+    attrs = {"dataset_spec": DatasetSpec(kind="image", source="sklearn:digits").to_dict(),
+             "model_spec": spec().to_dict()}
+    kinds = np.array([TokenKind.CLS] + [TokenKind.CONTENT] * 16, dtype=np.int8)
+    about = describe_input(attrs, "digit-0005-label5", kinds)
+    assert about.line == "image digit-0005-label5 (sklearn:digits) (8×8 px)"
+    assert about.picture.shape == (8, 8, 3) and about.patch == 2
+    np.testing.assert_array_equal(about.picture[:, :, 0], np.asarray(digits.load([5])[0]))
+    assert about.labels[1] == "patch (0, 0)" and about.labels[16] == "patch (3, 3)"
