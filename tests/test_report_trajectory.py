@@ -83,3 +83,24 @@ def test_one_seed_reads_the_intervals_over_inputs():
     found = trajectory_findings(table, "wilson").set_index("kind")["text"]
     assert "at no checkpoint does the rate separate from its random-init control" in \
         found["over_training_vs_control"]
+
+
+def test_the_checkpoints_of_a_store_as_one_xarray_dataset(tmp_path):
+    from storage.query import open_results
+    from sweep.report.tables import build_report, render_json
+    from sweep.report.training import over_training
+    from tests.store_fixtures import write_store
+    from tests.test_seeds import model_holding
+
+    models = {"m@seed0@epoch0": model_holding(5), "m@seed0": model_holding(10),
+              "m@seed1@epoch0": model_holding(0), "m@seed1": model_holding(4)}
+    path = write_store(tmp_path / "s.zarr", models)
+    tree = open_results(path)
+    ds = over_training(tree)
+    assert list(ds["checkpoint"].values) == ["epoch 0", "best"]
+    assert list(ds["seed"].values) == [0, 1]
+    rate = ds["rate"].sel(model="m", token_set="all")
+    assert rate.sel(checkpoint="best").values.tolist() == [1.0, 0.4]
+    report = build_report(tree, store=str(path))
+    assert list(report.trajectory["checkpoint"]) == ["epoch 0", "best"]
+    assert '"trajectory": [' in render_json(report)

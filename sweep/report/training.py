@@ -303,3 +303,23 @@ def _pct(value: float | None) -> str:
 
 def _pp(value: float | None) -> str:
     return "–" if value is None or not math.isfinite(value) else f"{100 * value:+.1f}"
+
+
+def over_training(tree: xr.DataTree, tol: float | None = None) -> xr.Dataset:
+    """The checkpoint models of `tree` as one xarray Dataset: `holding`, `inputs`, `rate` over
+    (model, seed, checkpoint, token_set): model = the trajectory's name (seeds pooled), seed =
+    -1 without replicates, checkpoint = `epoch <k>`, `best` or `rev <r>` (as the names say:
+    `sweep.config.checkpoints`); NaN where a combination was not swept."""
+    from storage.query.results import holding_rates
+
+    rates = holding_rates(tree, by=("model", "token_set"), tol=tol)
+    where = {name: (model, -1 if seed is None else seed, label)
+             for model, seeds in _trajectories(dict.fromkeys(rates["model"])).items()
+             for seed, members in seeds.items() for label, name in members.items()}
+    rows = rates[rates["model"].isin(list(where))]
+    keys = pd.DataFrame([where[m] for m in rows["model"]],
+                        columns=["model", "seed", "checkpoint"], index=rows.index)
+    tidy = pd.concat([keys, rows[["token_set", "holding", "inputs", "rate"]]], axis=1)
+    order = list(dict.fromkeys(label for _, _, label in where.values()))  # epochs, then best
+    dataset = tidy.set_index(["model", "seed", "checkpoint", "token_set"]).to_xarray()
+    return dataset.reindex(checkpoint=order)
