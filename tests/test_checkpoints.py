@@ -133,3 +133,49 @@ def test_an_unknown_revision_of_a_local_folder_is_a_one_line_error(two_revisions
     spec = resolve_model(f"hf:{two_revisions}", revision="v9")
     with pytest.raises(InputError, match="revision 'v9' is not a commit"):
         load_extractor(spec, device="cpu")
+
+
+FT = {"n_blocks": 2, "d_block": 8, "max_epochs": 3, "patience": 16}
+
+
+def test_an_ft_transformer_keeps_its_epochs_and_epoch_0_is_its_control(tmp_path):
+    import torch
+
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models import ft_transformer
+
+    wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
+    best = resolve_model("ft-transformer", **FT)
+    plain = ft_transformer.ensure_checkpoint(best, wine, tmp_path / "plain")[0]
+    two = resolve_model("ft-transformer", **FT, checkpoint=2, keep_epochs=[0, 2])
+    assert ft_transformer.checkpoint_key(two, wine.table) == \
+        ft_transformer.checkpoint_key(best, wine.table)
+    weights, record = ft_transformer.ensure_checkpoint(two, wine, tmp_path / "kept")
+    again = ft_transformer.ensure_checkpoint(best, wine, tmp_path / "kept")[0]
+    assert all(torch.equal(plain[k], again[k]) for k in plain)  # keeping epochs changes nothing
+    zero = ft_transformer.ensure_checkpoint(
+        resolve_model("ft-transformer", **FT, checkpoint=0), wine, tmp_path / "kept")[0]
+    initial = ft_transformer.initial_state(best, wine.table)
+    assert all(torch.equal(initial[k], zero[k]) for k in initial)
+    assert not torch.equal(weights["backbone.blocks.0.attention.W_q.weight"],
+                           zero["backbone.blocks.0.attention.W_q.weight"])
+    assert record["epochs_run"] == 3
+
+
+def test_an_ft_epoch_after_early_stopping_is_a_one_line_error(tmp_path, monkeypatch):
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models import ft_transformer
+
+    wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
+    real = ft_transformer.train
+
+    def stops_after_two(spec, table, kept=None):  # patience ends it at epoch 2
+        state, record = real(resolve_model("ft-transformer", **{**FT, "max_epochs": 2}),
+                             table)
+        return state, {**record, "stopped_by": "patience"}
+
+    monkeypatch.setattr(ft_transformer, "train", stops_after_two)
+    late = resolve_model("ft-transformer", **FT, checkpoint=3)
+    with pytest.raises(InputError, match=r"checkpoint epoch 3 is past the last epoch trained "
+                                         r"\(2, stopped by patience\)"):
+        ft_transformer.ensure_checkpoint(late, wine, tmp_path)
