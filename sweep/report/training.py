@@ -37,14 +37,24 @@ def training_records(tree: xr.DataTree) -> dict[str, dict[str, Any]]:
     return records
 
 
+def shown_records(records: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`records` less the checkpoint models (`<name>@epoch<k>`) whose trained model is there too:
+    they share its one training run, so its row says it once."""
+    return {name: r for name, r in records.items()
+            if not ((m := CHECKPOINT_NAME.match(name)) and m["epoch"] is not None
+                    and m["model"] in records)}
+
+
 def render_markdown(records: dict[str, dict[str, Any]]) -> list[str]:
     """The training section's Markdown lines: a heading, a note and one row per trained model."""
     out = ["## 7. Training: models trained by the project", ""]
+    records = shown_records(records)
     if not records:
         return [*out, "(no trained models)", ""]
     out += ["Test and validation scores of the kept weights (the epoch of lowest validation "
             "loss); `stopped by` says whether early stopping (patience) or the epoch cap ended "
-            "training. Attention is measured on the rows named by each model's `split` option.",
+            "training. Attention is measured on the rows named by each model's `split` option; "
+            "a model's checkpoints (`<name>@epoch<k>`) share its row (one training run).",
             "", "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for name, r in records.items():
         split = r.get("split", {})
@@ -65,13 +75,15 @@ def _score(value: Any, form: str = "{:.4f}") -> str:
 # Tightness over training: a model's checkpoints (`sweep.config.checkpoints`), across its seeds.
 
 TRAJECTORY_COLUMNS = [
-    "model", "checkpoint", "epoch", "token_set", "seeds", "rates", "input_ci_low",
+    "model", "checkpoint", "epoch", "epochs", "token_set", "seeds", "rates", "input_ci_low",
     "input_ci_high", "rate_mean", "ci_low", "ci_high", "interval", "control_rate",
     "control_ci_low", "control_ci_high", "difference", "difference_ci_low", "difference_ci_high",
     "null_low", "null_high", "lift_low", "lift_low_ci_low", "lift_low_ci_high", "lift_high",
     "lift_high_ci_low", "lift_high_ci_high"]
 """One row per trajectory (a model, its seeds pooled), checkpoint and token set:
 
+- `epoch`: the checkpoint's epoch (for `best`, when every seed's best epoch agrees; NaN else),
+  `epochs`: each seed's;
 - `rates` (per seed) with `input_ci_low`/`input_ci_high` (each seed's interval over its inputs:
   the headline's, Wilson or cluster bootstrap); `rate_mean` with `ci_low`/`ci_high`, across seeds
   (`interval` = "seeds": the 95% t interval of `sweep.report.seeds`) or, with one seed, the
@@ -133,6 +145,8 @@ def _trajectory_row(model: str, label: str, token_set: str, names: dict[Any, str
     row: dict[str, Any] = {
         "model": model, "checkpoint": label, "token_set": token_set,
         "epoch": _epoch(label, [records.get(names[s], {}) for s in seeds]),
+        "epochs": [records.get(names[s], {}).get("best_epoch") if label == "best" else
+                   _epoch(label, []) for s in seeds],
         "seeds": seeds if seeds != [None] else [], "rates": _listed(rates),
         "input_ci_low": _listed([float(r.get("ci_low", math.nan)) for r in mine]),
         "input_ci_high": _listed([float(r.get("ci_high", math.nan)) for r in mine]),
@@ -281,7 +295,8 @@ def trajectory_markdown(table: pd.DataFrame | None, findings: pd.DataFrame | Non
             "|---|---|---|---|---|---|---|---|---|"]
     for r in table.to_dict("records"):
         per_seed = ", ".join(_pct(v) for v in r["rates"])
-        epoch = "–" if not math.isfinite(r["epoch"]) else f"{int(r['epoch'])}"
+        epoch = (f"{int(r['epoch'])}" if math.isfinite(r["epoch"]) else
+                 ", ".join("–" if e is None else str(int(e)) for e in r["epochs"]) or "–")
         out.append(
             f"| {r['model']} | {r['checkpoint']} | {epoch} | {r['token_set']} | "
             f"{_pct(r['rate_mean'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}] | {per_seed} | "
