@@ -179,3 +179,30 @@ def test_an_ft_epoch_after_early_stopping_is_a_one_line_error(tmp_path, monkeypa
     with pytest.raises(InputError, match=r"checkpoint epoch 3 is past the last epoch trained "
                                          r"\(2, stopped by patience\)"):
         ft_transformer.ensure_checkpoint(late, wine, tmp_path)
+
+
+def test_checkpoints_with_attention_drop_give_the_verdicts_of_keep_and_keep_no_attention(
+        tmp_path):
+    options = "{epochs: 2, depth: 2, embed_dim: 16, num_heads: 2}"
+    stores = {}
+    for policy in ("keep", "drop"):
+        folder = tmp_path / policy
+        folder.mkdir()
+        (folder / "sweep.yaml").write_text(
+            f"store: s.zarr\nshard_size: 4\nbaseline: null\nmatched_nulls: null\n"
+            f"attention: {policy}\ncache_dir: {tmp_path / 'cache'}\n"
+            "datasets:\n  digits: {kind: image, source: 'sklearn:digits', limit: 5}\n"
+            f"models:\n  vit: {{source: vit-digits, dataset: digits, checkpoints: [0, 2, best], "
+            f"options: {options}}}\n")
+        run = run_sweep(load_config(folder / "sweep.yaml"), InProcessExecutor(), progress=False)
+        assert run.exit_code == 0
+        stores[policy] = zarr.open_group(folder / "s.zarr", mode="r")
+    for name in ("vit@epoch0", "vit@epoch2", "vit"):
+        kept, dropped = stores["keep"][name], stores["drop"][name]
+        np.testing.assert_array_equal(kept["results/margin"][:], dropped["results/margin"][:])
+        assert attention_chunks(tmp_path / "drop", name) == 0
+        assert attention_chunks(tmp_path / "keep", name) == 5
+
+
+def attention_chunks(folder, model: str) -> int:
+    return sum(p.is_file() for p in (folder / "s.zarr" / model / "attention" / "c").rglob("*"))
