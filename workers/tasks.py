@@ -45,6 +45,7 @@ from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
 from workers.inputs import Dataset, DatasetSpec, open_dataset
 from workers.inputs.digests import input_digests
 from workers.models.extraction import Extractor, load_extractor, model_dataset, prepare_model
+from workers.models.registry import trained_here
 from workers.nulls.baseline import holding_in_blocks
 from workers.nulls.matched import matched_holding, size_histograms
 
@@ -89,7 +90,7 @@ def fresh_digests(task: ExtractTask) -> tuple[Dataset, tuple[str, ...]]:
     """The task's dataset and its shard's digests, equal to the ones the driver planned with:
     a cached dataset that predates an edit is reopened once; InputError if the inputs changed
     after the driver looked (edited during the run)."""
-    whole_table = task.spec.family == "ft-transformer"
+    whole_table = trained_here(task.spec)
     dataset = model_dataset(task.spec, cached_dataset(task.dataset))
     digests = input_digests(dataset, range(task.start, task.stop), whole_table=whole_table)
     if task.digests and digests != task.digests:

@@ -17,7 +17,8 @@ import yaml
 from pydantic import ValidationError
 
 from storage.errors import InputError
-from sweep.config.controls import expand_controls
+from sweep.config.checkpoints import expand_checkpoints
+from sweep.config.controls import control_name, expand_controls
 from sweep.config.schema import (
     MAX_MODELS,
     MESSAGES,
@@ -26,7 +27,7 @@ from sweep.config.schema import (
     check_model_names,
     check_name,
 )
-from sweep.config.seeds import expand_seeds
+from sweep.config.seeds import expand_seeds, seed_name
 from sweep.config.yaml_io import load_yaml, read_text
 from workers.inputs import infer_kind
 from workers.models.registry import check_heads, resolve_model
@@ -86,7 +87,10 @@ def parse_config(data: Any, base: Path | None = None) -> SweepConfig:
         raise InputError(f"{_key_path(first['loc'])}: {message}") from None
     _few_enough_models(len(config.models))
     _check_references(config)
-    expanded = expand_controls(expand_seeds(config, _trained_models(config)))
+    trained = _trained_models(config)
+    expanded = expand_checkpoints(expand_controls(expand_seeds(config, trained)),
+                                  _trained_expanded(config, trained))
+    _check_epochs(expanded)
     _few_enough_models(len(expanded.models), " (seed replicates and controls included)")
     check_model_names(list(expanded.models))
     return expanded
@@ -103,9 +107,33 @@ def _few_enough_models(count: int, which: str = "") -> None:
 
 
 def _trained_models(config: SweepConfig) -> list[str]:
-    """The entries with `seeds` whose models the project trains (`needs_preparation`)."""
-    return [name for name, entry in config.models.items() if entry.seeds is not None
+    """The entries with `seeds` or `checkpoints` whose models the project trains
+    (`needs_preparation`)."""
+    return [name for name, entry in config.models.items()
+            if (entry.seeds is not None or entry.checkpoints is not None)
             and needs_preparation(resolve_model(entry.source, **entry.options))]
+
+
+def _check_epochs(config: SweepConfig) -> None:
+    """InputError naming the first checkpoint model whose options its family refuses (an epoch
+    past the last one trained), before anything is planned."""
+    for name, entry in config.models.items():
+        if "checkpoint" in entry.options:
+            try:
+                resolve_model(entry.source, **entry.options)
+            except InputError as error:
+                raise InputError(f"models.{name}.checkpoints: {error}") from None
+
+
+def _trained_expanded(config: SweepConfig, trained: list[str]) -> list[str]:
+    """`trained` with each entry's seed replicates and controls (the names `expand_seeds` and
+    `expand_controls` give them)."""
+    out = []
+    for name in trained:
+        seeds = config.models[name].seeds
+        for model in [seed_name(name, s) for s in seeds] if seeds else [name]:
+            out += [model, control_name(model)]
+    return out
 
 
 def load_config(path: str | Path, base: Path | None = None) -> SweepConfig:

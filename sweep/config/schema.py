@@ -39,6 +39,7 @@ MAX_TRIALS = 10**8  # trials per baseline (null, size) and per model's (null, to
 MAX_CHUNK_TRIALS = 10**6  # trials per task: about 21 CPU-minutes at size 256 (1.27 ms a trial)
 MAX_MODELS = 1_000  # models per sweep, seed replicates and controls included
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a model name's `@rev-<r>` part
 # Model names are folder names in a store and parts of its object keys: `baseline` is a group of
 # its own, `zarr.json` the root's metadata (compared ignoring case: macOS file systems fold it).
 RESERVED_NAMES = frozenset({"baseline", "zarr.json"})
@@ -155,6 +156,32 @@ class ModelConfig(_Frozen):
     attention: Attention | None = None  # the sweep's `attention` when None
     seeds: tuple[NonNegativeInt, ...] | None = None  # replicates `<name>@seed<k>`
     # (sweep.config.seeds)
+    checkpoints: tuple[NonNegativeInt | Literal["best"], ...] | None = None  # trained here:
+    # `<name>@epoch<k>` and `<name>` (best); revision: Hugging Face revisions, `<name>@rev-<r>`
+    revision: tuple[str, ...] | None = None  # (sweep.config.checkpoints)
+
+    @field_validator("checkpoints")
+    @classmethod
+    def _distinct_checkpoints(cls, values: tuple | None) -> tuple | None:
+        if values is not None and not values:
+            raise ValueError("give at least one checkpoint, or leave `checkpoints` out")
+        if values is not None and len(set(values)) != len(values):
+            raise ValueError(f"checkpoints repeat a value: {list(values)}")
+        return values
+
+    @field_validator("revision", mode="before")
+    @classmethod
+    def _revisions(cls, value: Any) -> Any:
+        values = (value,) if isinstance(value, str) else value
+        if values is None:
+            return None
+        if not values or len(set(values)) != len(values):
+            raise ValueError("give distinct revisions (a list), or leave `revision` out")
+        for revision in values:
+            if not isinstance(revision, str) or not REVISION.match(revision):
+                raise ValueError(f"revision {revision!r}: use letters, digits, '_', '.', '-' "
+                                 f"(a branch, tag or commit; it becomes part of a model name)")
+        return tuple(values)
 
     _attention = field_validator("attention", mode="before")(_attention)
 

@@ -39,7 +39,7 @@ def expand_seeds(config: SweepConfig, trained: Iterable[str]) -> SweepConfig:
             continue
         if name not in trained:
             raise InputError(f"models.{name}.seeds: only a model the project trains "
-                             f"(ft-transformer) has seed replicates")
+                             f"(ft-transformer, vit-digits) has seed replicates")
         if "seed" in entry.options:
             raise InputError(f"models.{name}.options.seed: give either `seed` or `seeds`, "
                              f"not both")

@@ -30,7 +30,7 @@ from sweep.driver.plan import ExtractTask, SweepPlan, Task
 from workers.inputs import Dataset, open_dataset
 from workers.inputs.digests import input_digests
 from workers.models.extraction import model_dataset
-from workers.models.registry import resolve_model
+from workers.models.registry import resolve_model, trained_here
 
 
 def measured_datasets(config: SweepConfig, names: Iterable[str] | None = None
@@ -55,7 +55,7 @@ def plan_digests(config: SweepConfig, datasets: dict[str, Dataset]) -> dict[str,
     done: dict[tuple[int, bool], tuple[str, ...]] = {}  # models sharing a dataset hash it once
     for name, dataset in datasets.items():
         entry = config.models[name]
-        whole_table = resolve_model(entry.source, **entry.options).family == "ft-transformer"
+        whole_table = trained_here(resolve_model(entry.source, **entry.options))
         key = (id(dataset), whole_table)
         if key not in done:
             done[key] = input_digests(dataset, range(len(dataset)), whole_table=whole_table)

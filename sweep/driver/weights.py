@@ -32,9 +32,9 @@ def weight_files(spec: ModelSpec) -> list[Path]:
         return [Path(spec.weights)] if spec.weights else []
     if spec.family != "hf":
         return []
-    from workers.models.hf import model_location
+    from workers.models.hf import model_folder
 
-    folder = Path(model_location(spec.source))
+    folder = Path(model_folder(spec))
     if not folder.is_dir():
         return []  # a hub id
     return sorted({p for pattern in RECORDED for p in folder.glob(pattern) if p.is_file()})

@@ -33,6 +33,10 @@ CAPTIONS = {
                    "(0 = bound tight).",
     "baseline.png": "Random row-stochastic matrices: holding rate against n, with the models' "
                     "median n marked.",
+    "training.png": "Tightness over training: holding rate at each checkpoint per model and "
+                    "reading (mean over seeds, 95% interval: t across seeds, or over inputs with "
+                    "one seed; dots: each seed), beside the random-init control's band and the "
+                    "size-matched nulls' band.",
 }
 
 
@@ -52,14 +56,17 @@ def weights_label(tree: xr.DataTree, name: str) -> str:
 
 
 def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
-    """The figures by file name: depth.png, margins.png, and baseline.png when the store has a
-    baseline (captions in `CAPTIONS`)."""
+    """The figures by file name: depth.png, margins.png, baseline.png when the store has a
+    baseline, training.png when a model was swept over its checkpoints (captions in
+    `CAPTIONS`)."""
     tol = report.tol if report.tol is not None else report.sweep_tol
     labels = {name: weights_label(tree, name) for name in model_names(tree)}
     figures = {"depth.png": depth_figure(report, labels),
                "margins.png": margin_figure(tree, tol)}
     if not report.baseline.empty:
         figures["baseline.png"] = baseline_figure(report)
+    if report.trajectory is not None:
+        figures["training.png"] = trajectory_figure(report)
     return figures
 
 
@@ -257,3 +264,33 @@ def _log_margins(tree: xr.DataTree, name: str | None, token_set: str) -> np.ndar
     margin = cell["margin"].where(ok(cell)).values.ravel()
     margin = margin[np.isfinite(margin)]
     return np.log10(np.clip(margin, MARGIN_FLOOR, 1.0))
+
+
+def trajectory_figure(report: Report) -> Figure:
+    """Rate against checkpoint (evenly spaced, in order), one panel per model and reading: the
+    mean with its interval, each seed's rate, the control's band (orange) and the nulls' (grey)."""
+    table = report.trajectory
+    panels_ = list(dict.fromkeys(zip(table["model"], table["token_set"], strict=True)))
+    figure, axes = _grid(len(panels_), 1, 7.0, 3.0)
+    for ax, (model, token_set) in zip(axes[:, 0], panels_, strict=True):
+        rows = table[(table["model"] == model) & (table["token_set"] == token_set)]
+        x = np.arange(len(rows))
+        low, high = rows["ci_low"].to_numpy(), rows["ci_high"].to_numpy()
+        mean = rows["rate_mean"].to_numpy()
+        ax.fill_between(x, rows["null_low"], rows["null_high"], color="tab:gray", alpha=0.3,
+                        label="size-matched nulls (lowest to highest rate)")
+        ax.fill_between(x, rows["control_ci_low"], rows["control_ci_high"], color="tab:orange",
+                        alpha=0.2, label="random-init control (95% interval)")
+        ax.errorbar(x, mean, yerr=[np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)],
+                    color="tab:blue", marker="o", capsize=3, label="trained (mean, 95% interval)")
+        for k, seeds in enumerate(rows["rates"]):
+            values = [v for v in seeds if v is not None]
+            ax.scatter([k] * len(values), values, s=10, color="black", zorder=3,
+                       label="each seed" if k == 0 else None)
+        ax.set_xticks(x, [c.replace("epoch ", "") for c in rows["checkpoint"]])
+        ax.set_xlabel("checkpoint (epoch)")
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_ylabel("holding rate")
+        ax.set_title(f"{model}: {TOKEN_SET_LABELS.get(token_set, token_set)}", fontsize=10)
+    _legend_below(figure, axes)
+    return figure

@@ -49,8 +49,7 @@ from sweep.report.precision import UNIT_ROUNDOFF, rounding_bound
 from workers.inputs import DatasetSpec
 from workers.inputs.digests import input_digests
 from workers.models.extraction import Extraction, Extractor, load_extractor, model_dataset
-from workers.models.ft_transformer import checkpoint_key
-from workers.models.registry import ModelSpec
+from workers.models.registry import ModelSpec, family_module, trained_here
 from workers.tasks import cached_dataset, evaluate_shard
 
 FLIP_COLUMNS = ["model", "token_set", "dtype", "stored_dtype", "device", "inputs", "cells",
@@ -160,8 +159,9 @@ def reextraction(store: StoreRef, name: str, dtype: str,
         raise InputError(f"model {name!r}: the dataset's input ids differ from the store's (the "
                          f"dataset changed since the sweep); restore it")
     cache = checkpoint_cache(store, root.attrs.get("config", {}) or {})
-    if model.spec.family == "ft-transformer" and not model.spec.random_init:
-        key = checkpoint_key(model.spec, cached_dataset(model.dataset).table)
+    if trained_here(model.spec) and not model.spec.random_init:  # FT-Transformer, digits ViT
+        key = family_module(model.spec).checkpoint_key(model.spec,
+                                                       cached_dataset(model.dataset).table)
         if locate(cache).info(key) is None:
             raise InputError(f"model {name!r}: its trained checkpoint {key} is not in {cache} "
                              f"(the sweep's checkpoint cache); sweep precision never trains: "
@@ -178,7 +178,7 @@ def check_digests(again: Reextraction, indices: np.ndarray) -> None:
     if "input_digest" not in group:
         return
     stored = [str(d) for d in np.asarray(group["input_digest"][...])[indices]]
-    whole_table = model.spec.family == "ft-transformer"
+    whole_table = trained_here(model.spec)
     if list(input_digests(again.dataset, indices, whole_table=whole_table)) != stored:
         raise InputError(f"model {model.name!r}: a sampled input differs from the one the sweep "
                          f"extracted (its digest changed); restore the dataset")

@@ -88,6 +88,8 @@ class Report:
     intervals: pd.DataFrame | None = None  # 1. model, token_set: Wilson beside the bootstrap
     seeds: pd.DataFrame | None = None  # model, token_set: rates across training seeds
     findings: pd.DataFrame | None = None  # model, token_set, kind: what the intervals support
+    trajectory: pd.DataFrame | None = None  # model, checkpoint, token_set: tightness over
+    # training (`sweep.report.training.trajectory_table`); None without checkpoint sweeps
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
@@ -114,7 +116,14 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
     findings = findings_rules.build_findings(  # from the intervals the report prints
         report.summary, report.rates, report.controls, report.nulls, report.seeds,
         pairs, ci_method=report.ci_method, head_intervals=head_intervals)
-    return replace(report, findings=findings)
+    trajectory = report_training.trajectory_table(report.summary, report.controls,
+                                                  report.nulls, report.training)
+    if trajectory.empty:
+        return replace(report, findings=findings)
+    over_training = report_training.trajectory_findings(trajectory, report.ci_method)
+    findings = pd.concat([findings, over_training], ignore_index=True) if findings is not None \
+        else over_training
+    return replace(report, findings=findings, trajectory=trajectory)
 
 
 def _build_wilson(tree: xr.DataTree, store: str, tol: float | None) -> Report:
@@ -331,6 +340,10 @@ def render_markdown(report: Report) -> str:
     out += ["## 6. Whole rollout: kappa of the full rollout against the product of the bounds", ""]
     out += _table(report.rollout, list(report.rollout.columns))
     out += report_training.render_markdown(report.training)
+    if report.trajectory is not None:
+        over_training = None if report.findings is None else report.findings[
+            report.findings["kind"].isin(report_training.FINDING_KINDS)]
+        out += report_training.trajectory_markdown(report.trajectory, over_training)
     out += ["## Detail: intervals and precision", ""]
     if report.intervals is not None:
         out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
@@ -352,7 +365,9 @@ def table_names() -> list[str]:
 
 ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)",
                  "intervals": "the bootstrap table needs --ci bootstrap",
-                 "precision": "the store was written before decision radii"}
+                 "precision": "the store was written before decision radii",
+                 "trajectory": "no model is swept over its checkpoints (checkpoints: or "
+                               "revision:)"}
 """Why an optional table (a `Report` field that may be None) is missing from a store's report."""
 
 

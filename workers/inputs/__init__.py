@@ -5,6 +5,7 @@ are deterministic, so shards of `range(len(dataset))` are reproducible. `limit` 
 
 Source forms (`DatasetSpec.source`; or `path` for a file/folder):
     image:   a folder (recursive, sorted; ids are relative paths) | sklearn:sample_images
+             | sklearn:digits (with kind image: the 8 x 8 digits as greyscale images)
     text:    a .txt file, one input per line | pydoc:topics | hf:<dataset name> (needs `datasets`)
     tabular: a .csv file with a `target` column | sklearn:<breast_cancer|wine|iris|diabetes|digits>
              | sklearn:california_housing, sklearn:adult (downloaded by scikit-learn: online only)

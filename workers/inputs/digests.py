@@ -7,6 +7,8 @@ stale) and by the extraction task (to verify what it reads, and to record it in 
 - text: the line's UTF-8 bytes (the lines are in memory once the dataset is open);
 - tabular: the row's float64 features and its target; for FT-Transformer also the whole table's
   fingerprint, because its weights are trained on every row (an edited row changes them all);
+- digit images (`sklearn:digits`, kind image): as a tabular row (the pixels are the row), with
+  the table's fingerprint for a model trained on it (the digits ViT);
 - image: the file's (size, mtime_ns) from `os.stat`: the driver never decodes or reads an image
   (issue 9); an edit that keeps both size and nanosecond mtime goes unnoticed (documented in
   docs/faults.md).
@@ -46,7 +48,7 @@ def _one(dataset: Dataset, index: int, salt: bytes, rows: np.ndarray | None) -> 
     input_id = dataset.ids[index].encode()
     if dataset.kind == "text":
         return _sha(input_id, dataset.load([index])[0].encode("utf-8"))
-    if dataset.kind == "tabular":
+    if dataset.kind == "tabular" or rows is not None:
         table = dataset.table
         table_row = int(rows[index])  # the dataset may measure a subset (FT test rows)
         row = np.ascontiguousarray(table.features[table_row], dtype=np.float64).tobytes()
@@ -59,9 +61,10 @@ def _one(dataset: Dataset, index: int, salt: bytes, rows: np.ndarray | None) -> 
 def input_digests(dataset: Dataset, indices: Iterable[int], *,
                   whole_table: bool = False) -> tuple[str, ...]:
     """The digests of the inputs at `indices`; `whole_table` folds in the table's fingerprint
-    (models trained on the whole table: FT-Transformer)."""
+    (models trained on the whole table: FT-Transformer, the digits ViT)."""
     salt = b""
     if whole_table and dataset.table is not None:
         salt = dataset.table.fingerprint.encode()
-    rows = dataset.rows if dataset.kind == "tabular" else None  # input -> table row
+    # input -> table row (tabular rows, and images that are rows of a table: the digits)
+    rows = dataset.rows if dataset.table is not None else None
     return tuple(_one(dataset, index, salt, rows) for index in indices)

@@ -1,26 +1,34 @@
-"""Image datasets: a folder of image files (recursive, sorted) or scikit-learn's sample photos."""
+"""Image datasets: a folder of image files (recursive, sorted), scikit-learn's sample photos, or
+scikit-learn's 8 x 8 digits as images (what the project's digits ViT is trained and measured on)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from storage.errors import InputError
-from workers.inputs.base import Dataset, DatasetSpec
+from workers.inputs.base import Dataset, DatasetSpec, Table
 
 SAMPLE_SOURCE = "sklearn:sample_images"
+DIGITS_SOURCE = "sklearn:digits"  # with `kind: image`: the 1,797 digits as 8 x 8 greyscale images
+DIGIT_LEVELS = 16  # sklearn's digits hold pixel intensities 0..16
 # Each sample photo (427 x 640) also yields a 2 x 3 grid of tiles: 14 deterministic inputs.
 TILE_GRID = (2, 3)
 
 
 def open_images(spec: DatasetSpec) -> Dataset:
     """An image folder or the sklearn sample photos; InputError for anything else."""
+    if spec.source == DIGITS_SOURCE:
+        return DigitImages.open(spec)
     if spec.source is not None:
         if spec.source != SAMPLE_SOURCE:
             raise InputError(
-                f"image source {spec.source!r} is unknown: use {SAMPLE_SOURCE!r} or a folder path"
+                f"image source {spec.source!r} is unknown: use {SAMPLE_SOURCE!r}, "
+                f"{DIGITS_SOURCE!r} or a folder path"
             )
         return SampleImages(spec)
     return ImageFolder(spec)
@@ -117,3 +125,53 @@ class SampleImages(Dataset):
         rows, cols = TILE_GRID
         height, width = image.height // rows, image.width // cols
         return image.crop((c * width, r * height, (c + 1) * width, (r + 1) * height))
+
+
+def digit_pixels(row: np.ndarray) -> np.ndarray:
+    """One digits row (64 intensities 0..16) as the (8, 8) uint8 image the project reads:
+    intensity k becomes round(255 k / 16), so 0 is black and 16 white."""
+    levels = np.asarray(row, dtype=np.float64).reshape(8, 8)
+    return np.rint(levels * 255.0 / DIGIT_LEVELS).astype(np.uint8)
+
+
+class DigitImages(Dataset):
+    """scikit-learn's digits (offline), each row an 8 x 8 greyscale PIL image; `table` holds every
+    row with its label (what a model trained on the digits learns from).
+
+    Ids `digit-<row:04d>-label<k>`: the row of `load_digits()` and its label, stable across
+    versions of the data. `rows` picks the rows measured (a model's held-out test rows), as
+    `TabularDataset` does.
+    """
+
+    kind = "image"
+
+    def __init__(self, spec: DatasetSpec, table: Table, rows: Sequence[int] | None = None) -> None:
+        self.row_ids = tuple(f"digit-{k:04d}-label{int(y)}" for k, y in enumerate(table.target))
+        order = np.arange(len(self.row_ids)) if rows is None else np.asarray(rows, np.int64)
+        super().__init__(spec, [self.row_ids[r] for r in order])
+        self._rows = order[: len(self.ids)]
+        self._table = table
+
+    @classmethod
+    def open(cls, spec: DatasetSpec) -> DigitImages:
+        """Every digit, in `load_digits()` order."""
+        from workers.inputs.tabular import open_tabular
+
+        tabular = DatasetSpec(kind="tabular", source=DIGITS_SOURCE)
+        return cls(spec, open_tabular(tabular).table)
+
+    @property
+    def table(self) -> Table:
+        return self._table
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The table row of each input, in input order: (inputs,) int64."""
+        return self._rows.copy()
+
+    def subset(self, rows: Sequence[int]) -> DigitImages:
+        """The same digits measured on `rows` only (table rows, in that order; then `limit`)."""
+        return DigitImages(self.spec, self._table, rows)
+
+    def _load_one(self, index: int) -> Image.Image:
+        return Image.fromarray(digit_pixels(self._table.features[self._rows[index]]), mode="L")

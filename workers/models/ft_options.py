@@ -19,6 +19,10 @@ Options (a `ModelSpec`'s `config`):
     last_block    skip: measure the blocks that compute every query row (n_blocks - 1 layers);
                   full: also the last block, whose non-CLS rows are recomputed (the library
                   computes only the CLS row there). See docs/ft-transformer.md.
+Optional (no default; a sweep's `checkpoints:` sets them, docs/training.md):
+    checkpoint    k: measure the weights after epoch k of the training run (0: the initial
+                  weights) instead of the kept (best) ones
+    keep_epochs   the epochs whose weights training keeps beside the best
 """
 
 from __future__ import annotations
@@ -31,7 +35,9 @@ HEADS = 8  # attention_n_heads of the library's default configurations
 SPLITS = ("test", "all")
 LAST_BLOCKS = ("skip", "full")
 PREPROCESSINGS = ("quantile", "standard")
-MEASUREMENT_ONLY = ("split", "last_block")  # options that change what is measured, not training
+MEASUREMENT_ONLY = ("split", "last_block", "checkpoint", "keep_epochs")  # what is measured (or
+# kept), not how it is trained: outside the checkpoint's key
+OPTIONAL = ("checkpoint", "keep_epochs")  # accepted, never filled in (specs without them unchanged)
 
 DEFAULTS: dict[str, Any] = {
     "n_blocks": 3,
@@ -52,7 +58,7 @@ def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
     `name` is the model's name, for the message.
     """
-    unknown = sorted(set(options) - set(DEFAULTS))
+    unknown = sorted(set(options) - set(DEFAULTS) - set(OPTIONAL))
     if unknown:
         raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(DEFAULTS)}")
     config = {**DEFAULTS, **options}
@@ -60,6 +66,13 @@ def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
         rule = _rule(key, value)
         if rule:
             raise InputError(f"model {name!r}: option {key}={value!r} must be {rule}")
+    if "keep_epochs" in config:
+        config["keep_epochs"] = tuple(sorted(set(config["keep_epochs"])))
+    late = [e for e in [*config.get("keep_epochs", ()), config.get("checkpoint") or 0]
+            if e > config["max_epochs"]]
+    if late:
+        raise InputError(f"model {name!r}: checkpoint epoch {late[0]} is past the last epoch "
+                         f"trained (max_epochs={config['max_epochs']})")
     if config["last_block"] == "skip" and config["n_blocks"] < 2:
         raise InputError(
             f"model {name!r}: option last_block='skip' needs n_blocks >= 2 (it would leave no "
@@ -74,6 +87,12 @@ def _rule(key: str, value: Any) -> str | None:
     if key.endswith("_fraction"):
         number = isinstance(value, int | float) and not isinstance(value, bool)
         return None if number and 0 < value < 0.5 else "in (0, 0.5)"
+    if key == "checkpoint":
+        return None if integer and value >= 0 else "an epoch >= 0"
+    if key == "keep_epochs":
+        valid = isinstance(value, list | tuple) and all(
+            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value)
+        return None if valid else "a list of epochs >= 0"
     if key == "split":
         return None if value in SPLITS else f"one of {list(SPLITS)}"
     if key == "last_block":

@@ -70,18 +70,21 @@ def train_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def train(spec: ModelSpec, table: Table,
-          device: torch.device | None = None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def train(spec: ModelSpec, table: Table, device: torch.device | None = None,
+          kept: dict[int, dict[str, torch.Tensor]] | None = None,
+          ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Train `spec` on `table` by the recipe; the kept weights plus the preprocessing
     (`ft_data.STATS_PREFIX` keys), and the training record (see `docs/models.md`). Runs on
     TORCH_THREADS torch threads with deterministic algorithms: the same bits on any machine's
-    core count."""
+    core count. `kept`, when given, receives the weights (with the preprocessing) after each
+    epoch of the spec's `keep_epochs` and `checkpoint` that training reached (0: initial)."""
     with fixed_torch(TORCH_THREADS, deterministic=True):
-        return _train(spec, table, device)
+        return _train(spec, table, device, {} if kept is None else kept)
 
 
-def _train(spec: ModelSpec, table: Table,
-           device: torch.device | None) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _train(spec: ModelSpec, table: Table, device: torch.device | None,
+           kept: dict[int, dict[str, torch.Tensor]],
+           ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     started = time.perf_counter()
     options, device = spec.options, device or train_device()
     split = table_split(options, spec.seed, table)
@@ -100,6 +103,15 @@ def _train(spec: ModelSpec, table: Table,
     batch_size, max_epochs = int(options["batch_size"]), int(options["max_epochs"])
     history: dict[str, list[float]] = {"train_loss": [], "val_loss": []}
     stopped_by, epoch = "max_epochs", 0
+    keep = set(options.get("keep_epochs", ())) | (
+        {options["checkpoint"]} if options.get("checkpoint") is not None else set())
+
+    def snapshot(at: int) -> None:
+        if at in keep:
+            kept[at] = {**{k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                        **stats}
+
+    snapshot(0)
     with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
         torch.manual_seed(spec.seed)  # dropout masks
         bar = tqdm(total=max_epochs, desc=f"training {spec.name}", unit="epoch",
@@ -114,6 +126,7 @@ def _train(spec: ModelSpec, table: Table,
             if epoch % 10 == 0:
                 LOG.info("%s: epoch %d, validation loss %.4f", spec.name, epoch,
                          history["val_loss"][-1])
+            snapshot(epoch)
             if stopper.update(epoch, history["val_loss"][-1], model):
                 stopped_by = "patience"
                 break

@@ -110,13 +110,48 @@ def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
         raise InputError(f"model {spec.name!r} is a random-init control: it has no checkpoint")
     location, key = locate(cache), checkpoint_key(spec, table)
     cached = read_checkpoint(location, key)
-    if cached is not None:
+    checkpoint = spec.options.get("checkpoint")
+    keep = set(spec.options.get("keep_epochs", ())) | ({checkpoint} if checkpoint is not None
+                                                       else set())
+    epochs = {e: _read_epoch(location, epoch_key(key, e)) for e in keep}
+    if cached is None or any(state is None for state in epochs.values()):
+        kept: dict[int, dict[str, torch.Tensor]] = {}
+        state, record = train(spec, table, kept) if keep else train(spec, table)
+        for epoch, weights in kept.items():
+            if epochs.get(epoch) is None:
+                location.write(epoch_key(key, epoch), _safetensors(weights, table))
+        location.write(_record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
+        location.write(key, _safetensors(state, table))
+        cached, epochs = (state, record), {**epochs, **kept}
+    if checkpoint is None:
         return cached
-    state, record = train(spec, table)
-    location.write(_record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
-    location.write(key, save({k: v.contiguous() for k, v in state.items()},
-                             metadata={"table": table.fingerprint}))
-    return state, record
+    if epochs.get(checkpoint) is None:
+        raise InputError(f"model {spec.name!r}: checkpoint epoch {checkpoint} is past the last "
+                         f"epoch trained ({cached[1]['epochs_run']}, stopped by "
+                         f"{cached[1]['stopped_by']}); choose epochs up to it")
+    return epochs[checkpoint], cached[1]
+
+
+def epoch_key(key: str, epoch: int) -> str:
+    """The name of the weights after `epoch` of the training whose best weights are `key`."""
+    return key.removesuffix(".safetensors") + f".epoch-{epoch}.safetensors"
+
+
+def _safetensors(state: dict[str, torch.Tensor], table: Table) -> bytes:
+    return save({k: v.contiguous() for k, v in state.items()},
+                metadata={"table": table.fingerprint})
+
+
+def _read_epoch(location: Location, key: str) -> dict[str, torch.Tensor] | None:
+    data = location.read(key)
+    if data is None:
+        return None
+    try:
+        return load(data)
+    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
+        raise StoreDamagedError(f"cached checkpoint {str(location).rstrip('/')}/{key} is "
+                                f"truncated or corrupt ({type(error).__name__}); delete it to "
+                                f"train it again") from None
 
 
 def _record_key(key: str) -> str:
@@ -150,11 +185,12 @@ def prepare(spec: ModelSpec, dataset: Dataset | None, cache: StoreLike) -> dict[
     return ensure_checkpoint(spec, dataset, cache)[1]
 
 
-def train(spec: ModelSpec, table: Table) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def train(spec: ModelSpec, table: Table, kept: dict[int, dict[str, torch.Tensor]] | None = None,
+          ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The recipe (`workers.models.ft_training.train`); here so tests can replace it."""
     from workers.models import ft_training
 
-    return ft_training.train(spec, table)
+    return ft_training.train(spec, table, kept=kept)
 
 
 def initial_state(spec: ModelSpec, table: Table) -> dict[str, torch.Tensor]:

@@ -18,6 +18,11 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
+import shutil
+import subprocess
+import tarfile
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,7 +34,7 @@ from transformers.utils import logging as hf_logging
 
 from storage.errors import ExtractionError, InputError
 from workers.exact.token_kinds import TokenKind
-from workers.models.extraction import Batch, Extractor, Sink
+from workers.models.extraction import Batch, Extractor, Sink, default_cache_dir
 from workers.models.random_init import control_seed, seeded
 from workers.models.registry import ModelSpec
 from workers.models.tiny_text import tiny_tokenizer
@@ -60,13 +65,59 @@ def model_location(source: str) -> str:
     return str(Path(next(iter(found.submodule_search_locations))) / folder)
 
 
+def model_folder(spec: ModelSpec) -> str:
+    """What `from_pretrained` loads for `spec`: `model_location(spec.source)`, except that a
+    `revision` of a local folder that is a git repository is that commit's files, extracted once
+    (`git archive`) into `<cache>/revisions/<commit>` (a hub id takes `hub_revision` instead)."""
+    where = model_location(spec.source)
+    revision = spec.options.get("revision")
+    if revision is None or not Path(where).is_dir():
+        return where
+    return str(checkout(Path(where), revision))
+
+
+def hub_revision(spec: ModelSpec) -> dict[str, str]:
+    """`from_pretrained`'s `revision=` for a hub id with a `revision` option; else {}."""
+    revision = spec.options.get("revision")
+    local = Path(model_location(spec.source)).is_dir()
+    return {} if revision is None or local else {"revision": revision}
+
+
+def checkout(folder: Path, revision: str) -> Path:
+    """The files of commit `revision` of the git repository `folder`, extracted (once, then
+    reused: a commit's files never change) under the cache; InputError naming an unknown
+    revision or a folder that is no git repository."""
+    git = ["git", "-C", str(folder)]
+    found = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
+                           capture_output=True, text=True, check=False)
+    if found.returncode != 0:
+        raise InputError(f"model folder {folder}: revision {revision!r} is not a commit of a git "
+                         f"repository there (git rev-parse: "
+                         f"{' '.join(found.stderr.split())[:160] or 'unknown revision'})")
+    commit = found.stdout.strip()
+    target = default_cache_dir() / "revisions" / commit
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    archive = subprocess.run([*git, "archive", "--format=tar", commit], capture_output=True,
+                             check=True)
+    with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
+        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+            tar.extractall(scratch, filter="data")
+        try:
+            Path(scratch).rename(target)  # atomic: a reader sees the whole commit or nothing
+        except OSError:  # another process extracted it first
+            shutil.rmtree(scratch, ignore_errors=True)
+    return target
+
+
 def check_local_weights(spec: ModelSpec) -> None:
     """InputError if `spec` loads pretrained weights from a local directory that holds no
     `.safetensors` file (a `pytorch_model.bin` is refused unread: a pickle can run code); hub ids
     and models built from their config alone pass. A directory listing, nothing loaded."""
     if spec.family != "hf" or not spec.pretrained or spec.random_init:
         return
-    folder = Path(model_location(spec.source))
+    folder = Path(model_folder(spec))
     if not folder.is_dir() or any(folder.glob("*.safetensors")):
         return
     pickles = sorted(p.name for p in folder.iterdir() if p.suffix in (".bin", ".pt", ".pth"))
@@ -98,7 +149,7 @@ def check_local_preprocessing(spec: ModelSpec) -> None:
     random-init controls read the same folder. A directory listing, nothing loaded."""
     if spec.family != "hf" or not spec.pretrained or spec.modality not in PREPROCESSING_FILES:
         return
-    folder = Path(model_location(spec.source))
+    folder = Path(model_folder(spec))
     if not folder.is_dir() or any((folder / name).is_file()
                                   for name in PREPROCESSING_FILES[spec.modality]):
         return
@@ -124,8 +175,8 @@ def build_model(spec: ModelSpec) -> torch.nn.Module:
         hf_logging.disable_progress_bar()  # a bar per model load would bury the sweep's own
         try:
             model = AutoModel.from_pretrained(
-                model_location(spec.source), attn_implementation="eager", use_safetensors=True,
-                trust_remote_code=False,
+                model_folder(spec), attn_implementation="eager", use_safetensors=True,
+                trust_remote_code=False, **hub_revision(spec),
             )
         except (OSError, ValueError) as error:
             message = " ".join(str(error).split())[:300]
@@ -145,7 +196,8 @@ def _config(spec: ModelSpec) -> Any:
     if not spec.pretrained:
         return AutoConfig.for_model(spec.source, **spec.options)
     try:
-        return AutoConfig.from_pretrained(model_location(spec.source), trust_remote_code=False)
+        return AutoConfig.from_pretrained(model_folder(spec), trust_remote_code=False,
+                                          **hub_revision(spec))
     except (OSError, ValueError) as error:
         message = " ".join(str(error).split())[:300]
         raise InputError(
@@ -240,7 +292,8 @@ class HFExtractor(Extractor):
                 raise ExtractionError(f"tiny model {self.spec.name!r}: vocabulary too small")
         else:
             try:
-                tokenizer = AutoTokenizer.from_pretrained(model_location(self.spec.source))
+                tokenizer = AutoTokenizer.from_pretrained(model_folder(self.spec),
+                                                              **hub_revision(self.spec))
             except (OSError, ValueError) as error:
                 raise _preprocessing_error(self.spec, "tokenizer", error) from error
         tokenizer.padding_side = "right"
@@ -250,7 +303,8 @@ class HFExtractor(Extractor):
     def _image_processor(self) -> Any:
         if self.spec.pretrained:  # the checkpoint's own, for its random-init control too
             try:
-                return AutoImageProcessor.from_pretrained(model_location(self.spec.source))
+                return AutoImageProcessor.from_pretrained(model_folder(self.spec),
+                                                          **hub_revision(self.spec))
             except (OSError, ValueError) as error:
                 raise _preprocessing_error(self.spec, "image processor", error) from error
         size = int(self.config.image_size)

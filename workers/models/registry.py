@@ -9,6 +9,7 @@ Source forms accepted by `resolve_model`:
     hf:<hub id or local dir>      a Hugging Face transformers text or image encoder
     timm:<model name>             a timm ViT/DeiT (option `weights=FILE.safetensors`: local weights)
     ft-transformer                the project's FT-Transformer, trained on the tabular dataset
+    vit-digits                    the project's small ViT, trained on sklearn:digits as images
 
 Options every source takes: `seed`, `random_init` (a control: the same architecture with seeded
 random weights, see `workers.models.random_init`), `heads` (`mean`: the head-averaged attention,
@@ -31,6 +32,7 @@ FAMILY_MODULES: dict[str, str] = {
     "hf": "workers.models.hf",
     "timm": "workers.models.timm_",
     "ft-transformer": "workers.models.ft_transformer",
+    "vit-trained": "workers.models.trained_vit.adapter",
 }
 """The model families and their modules: each defines `build_extractor(spec, dataset,
 cache_dir, device, dtype)` (see `workers.models.extraction`) and `token_layout(spec, dataset)` (its
@@ -38,8 +40,16 @@ size from the spec alone, see `workers.models.token_layout`), and may define `pr
 cache_dir)` (a training record, or None) and `model_dataset(spec, dataset)` (the inputs it is
 measured on). A new family is one module and its line here."""
 FAMILIES = tuple(FAMILY_MODULES)
+OPTION_MODULES: dict[str, str] = {
+    "ft-transformer": "workers.models.ft_options",
+    "vit-trained": "workers.models.trained_vit.options",
+}
+"""The families the project trains itself, and the module whose `check(name, options)` fills in
+and checks their options at resolve time (`DEFAULTS`, `training_options`)."""
+TRAINED_FAMILIES = tuple(OPTION_MODULES)
 MODALITIES = ("image", "text", "tabular")
-SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer")
+SOURCE_FORMS = ("<preset>", "hf:<hub id or local dir>", "timm:<model name>", "ft-transformer",
+                "vit-digits")
 HEADS_MODES = ("mean", "each")
 """Values of the `heads` option: `mean` stores one head-averaged map per layer (the default),
 `each` stores every head's map (`storage.layout`: the `head` dimension)."""
@@ -95,7 +105,9 @@ class ModelSpec:
                 f"model {self.name!r}: unknown modality {self.modality!r}; use {MODALITIES}"
             )
         check_heads(self.name, self.heads)
-        object.__setattr__(self, "config", tuple(sorted(dict(self.config).items())))
+        # a list value (a JSON round trip's) becomes a tuple: the spec stays hashable and equal
+        config = {k: tuple(v) if isinstance(v, list) else v for k, v in dict(self.config).items()}
+        object.__setattr__(self, "config", tuple(sorted(config.items())))
 
     @property
     def options(self) -> dict[str, Any]:
@@ -107,7 +119,7 @@ class ModelSpec:
         left out when it is the default `mean`, so the fingerprints of stores and checkpoints made
         before the option stay as they were."""
         out = asdict(self)
-        out["config"] = dict(self.config)
+        out["config"] = {k: list(v) if isinstance(v, tuple) else v for k, v in self.config}
         if out["heads"] == "mean":
             del out["heads"]
         return out
@@ -165,6 +177,9 @@ PRESETS: dict[str, ModelSpec] = {
                   config=_cfg(image_size=STUDY_IMAGE_SIZE)),
         ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False,
                   config=_cfg(**FT_DEFAULTS)),
+        # A small ViT trained by the project on scikit-learn's 8 x 8 digits (docs/training.md);
+        # its options are `workers.models.trained_vit.options`, filled in at resolve time.
+        ModelSpec("vit-digits", "vit-trained", "", "image", pretrained=False),
         # Tiny randomly initialised models: the production path, no download.
         ModelSpec(
             "tiny-dinov2", "hf", "dinov2", "image", pretrained=False,
@@ -212,10 +227,12 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
 def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
     if source in PRESETS:
         spec = PRESETS[source]
-        if spec.family == "ft-transformer":
-            return _ft_spec(spec, options, seed)
+        if spec.family in TRAINED_FAMILIES:
+            return _trained_spec(spec, options, seed)
         weights = options.pop("weights", None) if spec.family == "timm" else None
         config = _image_size(source, spec.modality, options, spec.options)
+        if spec.family == "hf" and spec.pretrained:
+            config.update(_revision(source, options))
         _reject_options(source, options)
         return replace(spec, seed=seed, weights=_weights_file(weights) if weights else None,
                        config=_cfg(**config))
@@ -228,7 +245,7 @@ def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
             raise InputError(
                 f"model {source!r}: modality must be 'image' or 'text', not {modality!r}"
             )
-        config = _image_size(source, modality, options, {})
+        config = {**_image_size(source, modality, options, {}), **_revision(source, options)}
         _reject_options(source, options)
         path = Path(target).expanduser()
         resolved = str(path.resolve()) if path.is_dir() else target
@@ -246,9 +263,16 @@ def _resolve(source: str, options: dict[str, Any], seed: int) -> ModelSpec:
     )
 
 
-def _ft_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
-    config = ft_options.check(spec.name, {**spec.options, **options})
+def _trained_spec(spec: ModelSpec, options: dict[str, Any], seed: int) -> ModelSpec:
+    check = importlib.import_module(OPTION_MODULES[spec.family]).check
+    config = check(spec.name, {**spec.options, **options})
     return replace(spec, config=_cfg(**config), seed=seed)
+
+
+def trained_here(spec: ModelSpec) -> bool:
+    """Whether the project trains `spec`'s weights (its family is one of TRAINED_FAMILIES): on
+    every row of its dataset's table, so an input's digest folds in the table's fingerprint."""
+    return spec.family in TRAINED_FAMILIES
 
 
 def _flag(source: str, key: str, value: Any) -> bool:
@@ -276,6 +300,18 @@ def _image_size(source: str, modality: str, options: dict[str, Any],
             f"sweep plans (attention grows as (size / patch)^4: 1.8 GB per layer and image at "
             f"{MAX_IMAGE_SIZE} px, patch 14)")
     return {**config, "image_size": size}
+
+
+def _revision(source: str, options: dict[str, Any]) -> dict[str, Any]:
+    """`{"revision": r}` for a Hugging Face model's `revision` option (a hub branch, tag or
+    commit; for a local folder that is a git repository, a commit of it), else {}."""
+    if "revision" not in options:
+        return {}
+    revision = options.pop("revision")
+    if not isinstance(revision, str) or not revision:
+        raise InputError(f"model {source!r}: option revision={revision!r} must be a branch, tag "
+                         f"or commit name")
+    return {"revision": revision}
 
 
 def _reject_options(source: str, options: dict[str, Any]) -> None:

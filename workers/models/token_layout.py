@@ -27,7 +27,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from workers.models.registry import ModelSpec, family_module
+from workers.models.registry import ModelSpec, family_module, trained_here
 
 
 @dataclass(frozen=True)
@@ -61,4 +61,4 @@ def token_layout(spec: ModelSpec, dataset: Any = None) -> TokenLayout:
 
 def needs_preparation(spec: ModelSpec) -> bool:
     """Whether `spec` must be prepared (trained) by a task before its extractions run."""
-    return spec.family == "ft-transformer" and not getattr(spec, "random_init", False)
+    return trained_here(spec) and not getattr(spec, "random_init", False)
