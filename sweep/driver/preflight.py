@@ -30,10 +30,11 @@ from workers.models.registry import resolve_model
 PIXEL_CHECK_ENV = "DOBRUSHIN_PIXEL_CHECK_MIB"
 PIXEL_CHECK_MIB = 64.0  # image folders up to this size are decoded before the lock (~2 s)
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
-CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout",
-               "batch_size", "device")
+CONFIG_KEYS = ("model", "tokenizer", "dataset", "shard_size", "token_sets", "tol", "dtype",
+               "rollout", "batch_size", "device")
 """The keys of a model's fingerprint inputs that the config alone decides
-(`sweep.driver.plan.config_inputs`; rollout, batch_size and device only when not the default)."""
+(`sweep.driver.plan.config_inputs`; rollout, batch_size and device only when not the default;
+tokenizer for tiny text models only)."""
 
 
 def check_store_path(store: StoreLike) -> bool:
