@@ -8,12 +8,16 @@ tests/test_presets_reproducible.py."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sweep.cli.entry import main
 from tests.fault_helpers import one_stderr_line, tree_digest, write_text_sweep
+from tests.store_fixtures import stored_arrays
 from tests.test_faults_issue28 import saved_model
 
 
@@ -57,3 +61,102 @@ def test_an_hf_text_folder_without_its_vocabulary_is_refused_naming_it(
     refused(capsys, ["extract", f"hf:{model}", str(tmp_path / "lines.txt"), "--out",
                      str(tmp_path / "x.npz")], 2, "has no vocabulary", "all special tokens")
     assert tree_digest(tmp_path) == before
+
+
+# --- 4. metadata damage ----------------------------------------------------------------------
+
+def _dtype(meta: dict) -> None:
+    meta["data_type"] = "float64"
+
+
+def _chunks(meta: dict) -> None:
+    meta["chunk_grid"]["configuration"]["chunk_shape"][0] = 3
+
+
+METADATA_CASES = {  # case -> (the document, the edit: None empties it, the words of the line)
+    "dtype": ("rob/attention/zarr.json", _dtype, 'data_type "float64", the layout\'s "float32"'),
+    "chunk_shape": ("rob/results/kappa/zarr.json", _chunks,
+                    "chunk_shape [3, 2, 1, 2], the layout's [2, 2, 1, 2]"),
+    "group": ("rob/zarr.json", None, "empty"),
+}
+
+
+def damaged_metadata(text: bytes | None, edit) -> bytes:
+    if edit is None:
+        return b""
+    meta = json.loads(text)
+    edit(meta)
+    return json.dumps(meta).encode()
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory) -> Path:
+    """The folder of a finished run of the tiny text sweep (store sweep.zarr)."""
+    folder = tmp_path_factory.mktemp("reference")
+    assert main(["run", str(write_text_sweep(folder)), "--in-process", "--no-progress"]) == 0
+    return folder
+
+
+def copy_of(reference: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "copy"
+    shutil.copytree(reference, folder)
+    path = folder / "sweep.yaml"
+    path.write_text(path.read_text().replace("path: lines.txt", f"path: {reference}/lines.txt"))
+    return folder
+
+
+def finds_and_repairs(capsys, store: str, config: Path, options: list[str], key: str, words: str,
+                      reference: dict, arrays) -> None:
+    """status, status --verify: exit 4, the line naming `key`; report, show: exit 4 and one
+    line; run: one line naming it, exit 0, and a store equal to `reference`; status: 0."""
+    for verify in ([], ["--verify"]):
+        capsys.readouterr()
+        assert main(["status", store, *options, *verify]) == 4
+        captured = capsys.readouterr()
+        assert f"damaged rob metadata {key}: {words}; rerun `sweep run`" in captured.out
+        assert captured.err == ""
+    for argv in (["report", store, *options], ["show", store, "rob", "line-1", *options]):
+        refused(capsys, argv, 4, f"damaged metadata (1 document(s)): {key}: {words}")
+    capsys.readouterr()
+    assert main(["run", str(config), "--in-process", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert f"sweep: {key}: {words}; " in err and "Traceback" not in err, err
+    assert main(["status", store, *options]) == 0
+    after = arrays()
+    assert sorted(after) == sorted(reference)
+    for name in reference:
+        np.testing.assert_array_equal(after[name], reference[name], err_msg=name, strict=True)
+
+
+@pytest.mark.parametrize("case", sorted(METADATA_CASES))
+def test_damaged_metadata_is_found_by_status_and_readers_and_repaired_by_run(
+        tmp_path, reference, capsys, case):
+    key, edit, words = METADATA_CASES[case]
+    folder = copy_of(reference, tmp_path)
+    document = folder / "sweep.zarr" / key
+    document.write_bytes(damaged_metadata(document.read_bytes(), edit))
+    finds_and_repairs(capsys, str(folder / "sweep.zarr"), folder / "sweep.yaml", [], key, words,
+                      stored_arrays(reference / "sweep.zarr"),
+                      lambda: stored_arrays(folder / "sweep.zarr"))
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("case", ["dtype", "group"])
+def test_damaged_metadata_on_s3_is_found_and_repaired(s3_bucket, tmp_path, reference, capsys,
+                                                      case):
+    from storage.location import StoreRef
+    from tests.s3_fixtures import ENDPOINT, filesystem
+
+    key, edit, words = METADATA_CASES[case]
+    store = f"s3://{s3_bucket}/meta.zarr"
+    config = write_text_sweep(tmp_path)
+    config.write_text(config.read_text().replace(
+        "store: sweep.zarr", f"store: {store}\nstorage_options: {{endpoint_url: '{ENDPOINT}'}}"))
+    assert main(["run", str(config), "--in-process", "--no-progress"]) == 0
+    fs = filesystem()
+    fs.pipe(f"{s3_bucket}/meta.zarr/{key}",
+            damaged_metadata(fs.cat(f"{s3_bucket}/meta.zarr/{key}"), edit))
+    ref = StoreRef.of(store, {"endpoint_url": ENDPOINT})
+    finds_and_repairs(capsys, store, config, ["--storage-option", f"endpoint_url={ENDPOINT}"],
+                      key, words, stored_arrays(reference / "sweep.zarr"),
+                      lambda: stored_arrays(ref))

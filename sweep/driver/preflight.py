@@ -19,7 +19,7 @@ from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
-from storage.store import StoreMismatchError
+from storage.store import StoreMismatchError, group_attrs
 from sweep.config.schema import SweepConfig
 from sweep.driver.plan import baseline_plan, model_config_inputs, with_defaults
 from sweep.driver.token_fit import check_tokens_fit
@@ -125,14 +125,13 @@ def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
 
 def _finished_groups(store: StoreLike, names: list[str]) -> dict[str, dict[str, Any]]:
     """Fingerprint inputs of the finished groups among `names` and the store's recorded models
-    (looked up by name: listing the root would warn about `.sweep`)."""
+    (looked up by name: listing the root would warn about `.sweep`); a group whose metadata
+    cannot be read is left out (`sweep.driver.freshness.repair_metadata` recreates it)."""
     root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r", zarr_format=3)
     out = {}
     for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
-        if name not in root:
-            continue
-        attrs = root[name].attrs
-        if "fingerprint" in attrs:
+        attrs = group_attrs(store, name)  # None: absent, or unreadable (`sweep run` repairs it)
+        if attrs is not None and "fingerprint" in attrs:
             out[name] = {"fingerprint": attrs["fingerprint"],
                          "inputs": dict(attrs.get("fingerprint_inputs", {}))}
     return out

@@ -10,7 +10,7 @@ import warnings
 from pathlib import Path
 
 from storage.errors import InputError, StoreDamagedError
-from storage.integrity import SIZE, damage_message, scan_store
+from storage.integrity import SIZE, check_metadata, damage_message, scan_store
 from storage.location import StoreLike, locate
 from storage.query import open_results
 from storage.store import open_root
@@ -57,13 +57,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_readable(store: StoreLike) -> None:
-    """StoreDamagedError if the store is half-created or a done task's chunks are missing or
-    resized (one listing; `sweep status --verify` also re-hashes them)."""
+    """StoreDamagedError if the store is half-created, a metadata document is not what the
+    layout says, or a done task's chunks are missing or resized (one listing; `sweep status --verify` also re-hashes them)."""
     if locate(store).read("zarr.json") is None:
         return  # not a store at all: `open_results` says so
-    if "config" not in open_root(store).attrs:
+    root = open_root(store)
+    if "config" not in root.attrs:
         raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
                                 f"rerun `sweep run` with its config to finish it")
+    check_metadata(store, root.attrs.get("models", []))
     damaged = scan_store(store, depth=SIZE)
     if damaged:
         raise StoreDamagedError(damage_message(store, damaged))

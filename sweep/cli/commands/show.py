@@ -9,7 +9,8 @@ import warnings
 from pathlib import Path
 
 from storage.errors import InputError
-from storage.store import open_model
+from storage.integrity import check_metadata
+from storage.store import open_model, open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import check_writable_folder
 from sweep.show.source import describe_input
@@ -48,6 +49,8 @@ def run(args: argparse.Namespace) -> int:
         if args.png.is_dir():
             raise InputError(f"--png {args.png}: is a folder; give a file path such as pair.png")
         check_writable_folder(args.png.parent, "--png")
+    if args.model in open_root(store).attrs.get("models", []):
+        check_metadata(store, [args.model])  # one line, exit 4, never zarr's traceback
     with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
         warnings.filterwarnings("ignore", message=".*not recognized as a component")
         layers = sorted(set(args.layer)) if args.layer else None

@@ -17,8 +17,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         description="Show what a sweep store holds. Exit code 0 when everything is done, "
-        "1 when tasks are pending or failed, 4 when done chunks are damaged or a model's group "
-        "is missing (`sweep run` recomputes them).",
+        "1 when tasks are pending or failed, 4 when done chunks or metadata are damaged or a "
+        "model's group is missing (`sweep run` recomputes them).",
     )
     add_store_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -50,11 +50,14 @@ def status(args: argparse.Namespace) -> int:
                 variables = sorted({variable_of(f) for f in files})
                 print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
                       f"to recompute")
+            for key, reason in sorted(s.metadata.items()):
+                print(f"damaged {s.scope} metadata {key}: {reason}; rerun `sweep run` to "
+                      f"recreate it and recompute what it held")
             if s.missing:
                 print(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
                       f"to recompute it")
         for held in attention_held(store_ref(args)):
             print(held.line())
-    if any(s.damaged or s.missing for s in stages):
+    if any(s.damaged or s.missing or s.metadata for s in stages):
         return EXIT_DAMAGED
     return 0 if all(s.done == s.total for s in stages) else 1
