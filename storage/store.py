@@ -101,12 +101,47 @@ def _zarr_store(location: Location, mode: str) -> Any:
     return RecordingStore(location.zarr_store(), location)
 
 
-def create_root(store: StoreLike) -> zarr.Group:
-    """Open the store's root, creating it (format, library versions) when it does not exist."""
+CREATING = f"{BOOKKEEPING_DIR}/creating"
+"""Written by the run that creates a store before anything else (`storage.lock`), deleted once
+the root's `config` is written (`write_root_attrs`): a store holding it was never finished."""
+
+
+def unfinished_creation(store: StoreLike, names: Sequence[str]) -> bool:
+    """Whether `store` holds only what an interrupted creation of a sweep store leaves (Ctrl-C
+    while planning, a cleanup cut short): no root metadata, no done marker, and besides the
+    bookkeeping either the creation marker (CREATING) or nothing but the metadata documents
+    (`zarr.json`) of groups named `names` (the config's models and the baseline). Such a store
+    holds no result: a rerun deletes it and creates it again (`create_root`)."""
     location = locate(store)
-    if location.read("zarr.json") is None and any(
-            not key.startswith(f"{BOOKKEEPING_DIR}/") for key in _some_keys(location)):
-        raise InputError(f"{store}: a folder that is not a sweep store; choose another store path")
+    if location.read("zarr.json") is not None:
+        return False
+    keys = _some_keys(location)
+    if any(key.startswith(f"{BOOKKEEPING_DIR}/markers/") and key.endswith(".done")
+           for key in keys):
+        return False
+    data = [key for key in keys if not key.startswith(f"{BOOKKEEPING_DIR}/")]
+    if CREATING in keys:
+        return True
+    groups = {*names, BASELINE_GROUP}
+    return bool(data) and all(key.split("/")[0] in groups and key.endswith("/zarr.json")
+                              for key in data)
+
+
+def _data_keys(location: Location) -> list[str]:
+    return [key for key in _some_keys(location) if not key.startswith(f"{BOOKKEEPING_DIR}/")]
+
+
+def create_root(store: StoreLike, names: Sequence[str] = ()) -> zarr.Group:
+    """Open the store's root, creating it (format, library versions) when it does not exist;
+    what an interrupted creation left (`unfinished_creation`, `names`: the config's models) is
+    deleted first."""
+    location = locate(store)
+    if location.read("zarr.json") is None and _data_keys(location):
+        if not unfinished_creation(location, names):
+            raise InputError(f"{store}: a folder that is not a sweep store; choose another "
+                             f"store path")
+        for top in sorted({key.split("/")[0] for key in _data_keys(location)}):
+            location.delete_prefix(f"{top}/")
     root = open_root(location, mode="a")
     if "format" not in root.attrs:
         root.attrs.update({"format": FORMAT, "versions": library_versions()})
@@ -278,6 +313,8 @@ def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
     if groups[BASELINE_GROUP]:
         fingerprints[BASELINE_GROUP] = groups[BASELINE_GROUP]["fingerprint"]
     root.attrs.update({"config": config, "models": names, "fingerprint": fingerprints})
+    if location is not None:
+        location.delete(CREATING)  # the store's creation is finished
 
 
 def group_attrs(store: StoreLike, path: str) -> dict[str, Any] | None:

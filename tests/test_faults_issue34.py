@@ -160,3 +160,101 @@ def test_damaged_metadata_on_s3_is_found_and_repaired(s3_bucket, tmp_path, refer
     finds_and_repairs(capsys, store, config, ["--storage-option", f"endpoint_url={ENDPOINT}"],
                       key, words, stored_arrays(reference / "sweep.zarr"),
                       lambda: stored_arrays(ref))
+
+
+# --- 6. Ctrl-C while a store is created --------------------------------------------------------
+
+def leftover(reference: Path, folder: Path, state: str) -> Path:
+    """A store folder as an interrupted creation leaves it (the config's store, sweep.zarr):
+    `group-metadata`: only the model group's zarr.json (what the audit found after a Ctrl-C
+    while planning: the cleanup had deleted the rest); `creation-marker`: the creation marker
+    and the metadata documents of the model group, no root."""
+    store = folder / "sweep.zarr"
+    documents = ["rob/zarr.json"] if state == "group-metadata" else \
+        [str(p.relative_to(reference / "sweep.zarr"))
+         for p in (reference / "sweep.zarr" / "rob").rglob("zarr.json")]
+    for name in documents:
+        (store / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(reference / "sweep.zarr" / name, store / name)
+    if state == "creation-marker":
+        (store / ".sweep").mkdir()
+        (store / ".sweep" / "creating").write_bytes(b"")
+    return store
+
+
+@pytest.mark.parametrize("state", ["group-metadata", "creation-marker"])
+def test_what_an_interrupted_creation_leaves_is_created_again_by_the_rerun(
+        tmp_path, reference, capsys, state):
+    folder = copy_of(reference, tmp_path)
+    shutil.rmtree(folder / "sweep.zarr")
+    store = leftover(reference, folder, state)
+    assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 0
+    assert not (store / ".sweep" / "creating").exists()
+    expected, after = stored_arrays(reference / "sweep.zarr"), stored_arrays(store)
+    assert sorted(after) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(after[name], expected[name], err_msg=name, strict=True)
+
+
+def test_a_folder_holding_more_than_an_interrupted_creation_is_still_refused(
+        tmp_path, reference, capsys):
+    folder = copy_of(reference, tmp_path)
+    shutil.rmtree(folder / "sweep.zarr")
+    store = leftover(reference, folder, "group-metadata")
+    (store / "rob" / "notes.txt").write_text("mine")
+    before = tree_digest(store)
+    refused(capsys, ["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"], 2,
+            "a folder that is not a sweep store")
+    assert tree_digest(store) == before
+
+
+def test_ctrl_c_while_planning_and_again_in_the_cleanup_leaves_a_store_the_rerun_creates(
+        tmp_path, reference, capsys, monkeypatch):
+    """A Ctrl-C once the first model group exists, and a second one while the lock deletes the
+    unfinished store (after its first deletion): exit 130, and the rerun completes."""
+    from storage.location import LocalLocation
+    from sweep.driver import runner
+
+    folder = copy_of(reference, tmp_path)
+    shutil.rmtree(folder / "sweep.zarr")
+    real_ensure, real_delete = runner.ensure_model, LocalLocation.delete_prefix
+
+    def ensure_then_ctrl_c(*args, **kwargs):
+        real_ensure(*args, **kwargs)
+        raise KeyboardInterrupt
+
+    def delete_once_then_ctrl_c(self, prefix):
+        real_delete(self, prefix)
+        monkeypatch.setattr(LocalLocation, "delete_prefix", real_delete)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runner, "ensure_model", ensure_then_ctrl_c)
+    monkeypatch.setattr(LocalLocation, "delete_prefix", delete_once_then_ctrl_c)
+    argv = ["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]
+    assert main(argv) == 130
+    monkeypatch.setattr(runner, "ensure_model", real_ensure)
+    monkeypatch.setattr(LocalLocation, "delete_prefix", real_delete)
+    assert (folder / "sweep.zarr").exists()  # the cleanup was cut short
+    capsys.readouterr()
+    assert main(argv) == 0, capsys.readouterr().err
+    assert main(["status", str(folder / "sweep.zarr")]) == 0
+
+
+@pytest.mark.s3
+def test_what_an_interrupted_creation_leaves_on_s3_is_created_again(s3_bucket, tmp_path,
+                                                                     reference):
+    from storage.location import StoreRef
+    from tests.s3_fixtures import ENDPOINT, filesystem
+
+    store = f"s3://{s3_bucket}/left.zarr"
+    config = write_text_sweep(tmp_path)
+    config.write_text(config.read_text().replace(
+        "store: sweep.zarr", f"store: {store}\nstorage_options: {{endpoint_url: '{ENDPOINT}'}}"))
+    filesystem().pipe(f"{s3_bucket}/left.zarr/rob/zarr.json",
+                      (reference / "sweep.zarr" / "rob" / "zarr.json").read_bytes())
+    assert main(["run", str(config), "--in-process", "--no-progress"]) == 0
+    expected = stored_arrays(reference / "sweep.zarr")
+    after = stored_arrays(StoreRef.of(store, {"endpoint_url": ENDPOINT}))
+    assert sorted(after) == sorted(expected)
+    for name in expected:
+        np.testing.assert_array_equal(after[name], expected[name], err_msg=name, strict=True)

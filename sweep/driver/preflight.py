@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import zarr
@@ -19,7 +20,7 @@ from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
-from storage.store import StoreMismatchError, group_attrs
+from storage.store import StoreMismatchError, group_attrs, unfinished_creation
 from sweep.config.schema import SweepConfig
 from sweep.driver.plan import baseline_plan, model_config_inputs, with_defaults
 from sweep.driver.token_fit import check_tokens_fit
@@ -37,11 +38,13 @@ CONFIG_KEYS = ("model", "tokenizer", "dataset", "shard_size", "token_sets", "tol
 tokenizer for tiny text models only)."""
 
 
-def check_store_path(store: StoreLike) -> bool:
+def check_store_path(store: StoreLike, names: Sequence[str] = ()) -> bool:
     """Whether `store` already is a sweep store; InputError if it is a file, a folder (or
     prefix) holding anything else, or a Zarr store of another kind; StoreDamagedError if its
     root metadata is unreadable; StoreUnreachable (exit 3) or InputError (a missing bucket) if
-    an object store cannot be reached. A missing or empty folder or prefix is fine (False)."""
+    an object store cannot be reached. A missing or empty folder or prefix is fine (False), and
+    so is what an interrupted creation of a store of models `names` left
+    (`storage.store.unfinished_creation`: `sweep run` creates it again)."""
     location = locate(store)
     path = location.local_path()
     if path is not None and path.exists() and not path.is_dir():
@@ -51,7 +54,8 @@ def check_store_path(store: StoreLike) -> bool:
     meta = location.read("zarr.json")
     if meta is None:
         if any(not key.startswith(f"{BOOKKEEPING_DIR}/") for key in
-               (location.listing() if location.any_key("") else {})):
+               (location.listing() if location.any_key("") else {})) and \
+                not unfinished_creation(location, names):
             raise InputError(f"store {store}: a folder that is not a sweep store; set store: to "
                              f"a new or empty folder, or to an existing sweep store")
         return False
@@ -154,7 +158,7 @@ def check_before_lock(config: SweepConfig) -> None:
     `sweep.driver.devices`)."""
     check_models(config)
     check_inputs(config)
-    if not check_store_path(config.store_ref):
+    if not check_store_path(config.store_ref, list(config.models)):
         return
     groups = _finished_groups(config.store_ref, list(config.models))
     problems = []

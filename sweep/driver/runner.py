@@ -142,7 +142,8 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
                 nulls=m.model_nulls(model), token_sets=model.token_sets, trials=m.trials,
                 seed=m.seed, chunk_trials=m.chunk_trials, tol=m.tol)
     check_plan_fits_store(config.store_ref, planned)  # all groups, before any is created
-    root = create_root(config.store_ref)  # writes nothing to a store that exists
+    root = create_root(config.store_ref, list(config.models))  # writes nothing to a store
+    # that exists
     repair_metadata(root, plan, {name: f.input_ids for name, f in facts.items()})
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
