@@ -258,3 +258,31 @@ def test_what_an_interrupted_creation_leaves_on_s3_is_created_again(s3_bucket, t
     assert sorted(after) == sorted(expected)
     for name in expected:
         np.testing.assert_array_equal(after[name], expected[name], err_msg=name, strict=True)
+
+
+# --- 7. a symlink inside a store -------------------------------------------------------------
+
+@pytest.mark.parametrize("linked", ["rob/attention", "rob/results/kappa/c/0/0/0/0"])
+def test_a_symlink_inside_a_store_is_refused_and_nothing_is_written_through_it(
+        tmp_path, reference, capsys, linked):
+    """A folder of the store replaced by a link to an empty folder outside (its chunks look
+    deleted, so a run would recompute them into the outside folder), or a chunk replaced by a
+    link to a file outside: run and status refuse in one line, exit 4, nothing written."""
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    target = store / linked
+    if target.is_dir():
+        shutil.rmtree(target)
+        target.symlink_to(outside, target_is_directory=True)
+    else:
+        (outside / "chunk").write_bytes(target.read_bytes())
+        target.unlink()
+        target.symlink_to(outside / "chunk")
+    before, outside_before = tree_digest(store), tree_digest(outside)
+    for argv in (["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"],
+                 ["status", str(store)]):
+        refused(capsys, argv, 4, f"{linked} is a symbolic link (to {outside}",
+                "a store holds no links")
+        assert tree_digest(store) == before and tree_digest(outside) == outside_before

@@ -59,6 +59,8 @@ def check_store_path(store: StoreLike, names: Sequence[str] = ()) -> bool:
             raise InputError(f"store {store}: a folder that is not a sweep store; set store: to "
                              f"a new or empty folder, or to an existing sweep store")
         return False
+    if path is not None:
+        location.listing()  # a link inside the store: StoreDamagedError before the lock
     try:
         attrs = json.loads(meta.decode("utf-8")).get("attributes", {})
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
