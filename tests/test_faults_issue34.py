@@ -286,3 +286,47 @@ def test_a_symlink_inside_a_store_is_refused_and_nothing_is_written_through_it(
         refused(capsys, argv, 4, f"{linked} is a symbolic link (to {outside}",
                 "a store holds no links")
         assert tree_digest(store) == before and tree_digest(outside) == outside_before
+
+
+# --- 8. YAML values no config takes ------------------------------------------------------------
+
+BIG = "9" * 5000
+
+
+@pytest.mark.parametrize("line, words", [
+    ("shard_size: 2001-13-45", "line 2: '2001-13-45' reads as a date in YAML"),
+    ("retries: 2001-12-25", "line 3: '2001-12-25' reads as a date in YAML"),
+    (f"shard_size: {BIG}", "line 2: an integer of 5,000 digits, more than any setting takes"),
+    (f"tol: -{BIG}", "line 4: an integer of 5,000 digits"),
+    (f"shard_size: 0x{'f' * 5000}", "line 2: an integer of 5,000 digits"),
+    (f"shard_size: '{BIG}'", "shard_size: Unable to parse input string as an integer"),
+])
+def test_yaml_values_no_setting_takes_are_one_line_exit_2(tmp_path, capsys, line, words):
+    config = write_text_sweep(tmp_path)
+    key = line.split(":")[0]
+    text = config.read_text()
+    old = next((held for held in text.splitlines() if held.startswith(f"{key}:")), None)
+    config.write_text(text.replace(old, line) if old else text.replace(
+        "matched_nulls", f"{line}\nmatched_nulls"))
+    before = tree_digest(tmp_path)
+    for command in (["run", str(config), "--in-process", "--no-progress"], ["plan", str(config)]):
+        refused(capsys, command, 2, f"sweep.yaml: {words}")
+        assert tree_digest(tmp_path) == before
+
+
+@pytest.mark.parametrize("store", ["2001-13-45", "2001-12-25"])
+def test_a_date_as_the_store_is_one_line_exit_2(tmp_path, capsys, store):
+    config = write_text_sweep(tmp_path)
+    config.write_text(config.read_text().replace("store: sweep.zarr", f"store: {store}"))
+    before = tree_digest(tmp_path)
+    refused(capsys, ["run", str(config), "--in-process", "--no-progress"], 2,
+            f"sweep.yaml: line 1: '{store}' reads as a date in YAML", f"quote it ('{store}')")
+    assert tree_digest(tmp_path) == before
+
+
+def test_a_date_in_a_cluster_file_is_one_line_exit_2(tmp_path, capsys):
+    config = write_text_sweep(tmp_path)
+    cluster = tmp_path / "cluster.yaml"
+    cluster.write_text("kind: local\nlocal:\n  n_workers: 2001-13-45\n")
+    refused(capsys, ["plan", str(config), "--cluster", str(cluster)], 2,
+            "cluster.yaml", "line 3", "'2001-13-45' reads as a date in YAML")
