@@ -330,3 +330,38 @@ def test_a_date_in_a_cluster_file_is_one_line_exit_2(tmp_path, capsys):
     cluster.write_text("kind: local\nlocal:\n  n_workers: 2001-13-45\n")
     refused(capsys, ["plan", str(config), "--cluster", str(cluster)], 2,
             "cluster.yaml", "line 3", "'2001-13-45' reads as a date in YAML")
+
+
+# --- 9. `$` in names ---------------------------------------------------------------------------
+
+DOLLARS = "a$^$b"  # invalid mathtext: matplotlib raised ParseSyntaxException drawing it
+
+
+def test_a_dollar_in_an_image_name_is_drawn_as_text_by_show(tmp_path, capsys):
+    from tests.test_faults_tasks import image_sweep
+
+    config = image_sweep(tmp_path, n_images=2)
+    (tmp_path / "imgs" / "im0.png").rename(tmp_path / "imgs" / f"{DOLLARS}.png")
+    assert main(["run", str(config), "--in-process", "--no-progress"]) == 0
+    capsys.readouterr()
+    png = tmp_path / "pair.png"
+    assert main(["show", str(tmp_path / "s.zarr"), "d", f"{DOLLARS}.png", "--png", str(png)]) == 0
+    assert png.stat().st_size > 0 and "Traceback" not in capsys.readouterr().err
+
+
+def test_a_dollar_in_a_stored_model_name_is_drawn_as_text_by_report(tmp_path, capsys):
+    """Someone else's store whose model is named with `$` (a name `sweep run` would refuse):
+    --plots and --html draw it."""
+    import zarr
+
+    from tests.store_fixtures import hand_store
+
+    store = hand_store(tmp_path / "s.zarr")
+    (store / "alpha").rename(store / DOLLARS)
+    zarr.open_group(str(store), mode="r+").attrs["models"] = [DOLLARS, "beta"]
+    capsys.readouterr()
+    assert main(["report", str(store), "--plots", str(tmp_path / "plots"),
+                 "--html", str(tmp_path / "r.html")]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert (tmp_path / "plots" / "depth.png").stat().st_size > 0
+    assert DOLLARS in (tmp_path / "r.html").read_text()

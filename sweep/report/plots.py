@@ -4,7 +4,9 @@ Each figure carries the comparison the report is about: per model and token set 
 multiples), the model beside its random-init control and, for depth, the band of its
 size-matched nulls; never several models overlaid in one panel.
 
-Figures are built with `matplotlib.figure.Figure` (Agg canvas, no pyplot state), one file each.
+Figures are built with `matplotlib.figure.Figure` (Agg canvas, no pyplot state), one file each,
+and drawn with mathtext off (`PLAIN_TEXT`): a name holding `$` (a model of someone else's store)
+is text, never a formula that fails to parse.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
@@ -25,6 +28,7 @@ from workers.exact.token_kinds import TOKEN_SETS, reading_label
 MARGIN_FLOOR = 1e-17  # margins at or below this (exact zeros included) share the leftmost bin
 TOKEN_SET_LABELS = {name: reading_label(name) for name in TOKEN_SETS}  # names the reading
 NULL_COLOURS = ("tab:gray", "tab:green", "tab:purple", "tab:brown", "tab:pink")
+PLAIN_TEXT = {"text.parse_math": False}  # every label as written: `$` is no formula (item 9)
 
 
 CAPTIONS = {
@@ -36,6 +40,7 @@ CAPTIONS = {
 }
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
     """The figures by file name: depth.png, margins.png, and baseline.png when the store has a
     baseline (captions in `CAPTIONS`)."""
@@ -46,6 +51,7 @@ def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
     return figures
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:
     """Write depth.png, baseline.png (when the store has a baseline) and margins.png."""
     out_dir = Path(out_dir)
@@ -95,6 +101,7 @@ def _rate_line(ax, rows, colour: str, label: str, style: str = "-") -> None:
     ax.fill_between(x, low, high, color=colour, alpha=0.18, linewidth=0)
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def depth_figure(report: Report) -> Figure:
     """One panel per model and token set: the model's holding rate against relative depth, its
     random-init control's in the same panel, and the band of each of its size-matched nulls
@@ -141,6 +148,7 @@ def depth_figure(report: Report) -> Figure:
     return figure
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def baseline_figure(report: Report) -> Figure:
     """Baseline holding rate against n (95% Wilson), with the models' median n marked."""
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
@@ -183,6 +191,7 @@ def baseline_figure(report: Report) -> Figure:
     return figure
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def margin_figure(tree: xr.DataTree, tol: float | None = None) -> Figure:
     """One panel per model and token set: the ECDF of log10 margins (bound - κ(M)) of the model
     and of its random-init control; at the tolerance line it reads the share tight."""
