@@ -365,3 +365,34 @@ def test_a_dollar_in_a_stored_model_name_is_drawn_as_text_by_report(tmp_path, ca
     assert "Traceback" not in capsys.readouterr().err
     assert (tmp_path / "plots" / "depth.png").stat().st_size > 0
     assert DOLLARS in (tmp_path / "r.html").read_text()
+
+
+# --- 10. terminal escapes in a foreign store -------------------------------------------------
+
+ESC_NAME = "rob\x1b]0;owned\x07\x1b[2J"  # retitles the window, clears the screen
+ESC_ID = "line-1\x1b[31m\u202e"  # turns the text red, reverses what follows
+
+
+def test_control_characters_of_a_foreign_store_are_printed_escaped(tmp_path, reference, capsys):
+    import zarr
+
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    (store / "rob").rename(store / ESC_NAME)
+    root = zarr.open_group(str(store), mode="r+")
+    root.attrs["models"] = [ESC_NAME]
+    ids = root[ESC_NAME]["input_id"]
+    ids[0] = ESC_ID
+    failed = store / ".sweep" / "markers" / ESC_NAME / "extract-00001.failed"
+    failed.parent.mkdir(parents=True)
+    failed.write_text("ValueError: \x1b[2Jgone\n")
+    runs = [(["status", str(store)], None), (["show", str(store), ESC_NAME, ESC_ID], 0),
+            (["show", str(store), ESC_NAME, "nope"], 2)]
+    for argv, code in runs:
+        capsys.readouterr()
+        returned = main(argv)
+        assert code is None or returned == code
+        captured = capsys.readouterr()
+        for text in (captured.out, captured.err):
+            assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
+        assert "\\x1b" in captured.out + captured.err

@@ -20,6 +20,7 @@ from sweep.report.html import render_html
 from sweep.report.intervals import CI_METHODS, DEFAULT_RESAMPLES, Bootstrap
 from sweep.report.plots import CAPTIONS, report_figures, write_plots
 from sweep.report.tables import RENDERERS, build_report, render_csv, table_names
+from sweep.terminal.printable import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -58,7 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def check_readable(store: StoreLike) -> None:
     """StoreDamagedError if the store is half-created, a metadata document is not what the
-    layout says, or a done task's chunks are missing or resized (one listing; `sweep status --verify` also re-hashes them)."""
+    layout says, or a done task's chunks are missing or resized (one listing; `sweep status
+    --verify` also re-hashes them)."""
     if locate(store).read("zarr.json") is None:
         return  # not a store at all: `open_results` says so
     root = open_root(store)
@@ -114,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
         if damaged:
             raise StoreDamagedError(damage_message(store, damaged)) from None
         raise
-    sys.stdout.write(text)
+    sys.stdout.write(text if fmt == "json" else printable(text))  # names from the store
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0

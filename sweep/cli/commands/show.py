@@ -15,6 +15,7 @@ from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import check_writable_folder
 from sweep.show.source import describe_input
 from sweep.show.view import read_input, render_table
+from sweep.terminal.printable import printable
 from workers.exact.token_kinds import TOKEN_SETS
 
 
@@ -58,7 +59,8 @@ def run(args: argparse.Namespace) -> int:
                           token_set=args.token_set, head=args.head)
         about = describe_input(dict(open_model(store, args.model).attrs), args.input_id,
                                view.token_kind)
-    sys.stdout.write(render_table(view, about.line, about.labels))
+    # ids, tokens and the input's text come from a store and a dataset: controls escaped
+    sys.stdout.write(printable(render_table(view, about.line, about.labels)))
     if args.png is not None:
         from sweep.show.figure import heatmap_figure
 
