@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from sweep.cli.entry import main
-from tests.fault_helpers import one_stderr_line, tree_digest, write_text_sweep
+from tests.fault_helpers import LINES, one_stderr_line, tree_digest, write_text_sweep
 from tests.store_fixtures import stored_arrays
 from tests.test_faults_issue28 import saved_model
 
@@ -396,3 +396,26 @@ def test_control_characters_of_a_foreign_store_are_printed_escaped(tmp_path, ref
         for text in (captured.out, captured.err):
             assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text, text
         assert "\\x1b" in captured.out + captured.err
+
+
+# --- 11. a dataset path recorded in a foreign store --------------------------------------------
+
+def test_show_never_opens_a_dataset_path_that_a_store_records(tmp_path, reference, capsys):
+    """A store whose model group names a file outside it (a secret) as its text dataset: show
+    prints no line of it, and says how to point it at the inputs; --inputs reads the user's."""
+    import zarr
+
+    folder = copy_of(reference, tmp_path)
+    store = folder / "sweep.zarr"
+    secret = tmp_path / "secret.txt"
+    secret.write_text("TOP-SECRET-LINE-ONE\nTOP-SECRET-LINE-TWO\n")
+    group = zarr.open_group(str(store / "rob"), mode="r+")
+    group.attrs["dataset_spec"] = {**group.attrs["dataset_spec"], "path": str(secret)}
+    capsys.readouterr()
+    assert main(["show", str(store), "rob", "line-1"]) == 0
+    out = capsys.readouterr().out
+    assert "TOP-SECRET" not in out
+    assert f"input: (dataset {secret} not opened: a store may name any file; pass --inputs" in out
+    assert main(["show", str(store), "rob", "line-1", "--inputs",
+                 str(reference / "lines.txt")]) == 0
+    assert f"input: text {LINES[0]!r}" in capsys.readouterr().out

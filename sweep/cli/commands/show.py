@@ -37,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the reading whose verdict is shown (default: all)")
     parser.add_argument("--head", help="the head of a model that kept each head (default: "
                         "the first; `mean` for a head-averaged model)")
+    parser.add_argument("--inputs", metavar="PATH",
+                        help="where this model's inputs are (the file, folder or source its "
+                        "config named), to show what the input was; a store's recorded path "
+                        "is never opened on its own (a store may name any file)")
     parser.add_argument("--png", type=Path, metavar="FILE",
                         help="also draw a heat map of one layer (the first of --layer, else the "
                         "first layer where the bound is not tight, else the last)")
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         view = read_input(store, args.model, args.input_id, layers=layers,
                           token_set=args.token_set, head=args.head)
         about = describe_input(dict(open_model(store, args.model).attrs), args.input_id,
-                               view.token_kind)
+                               view.token_kind, args.inputs)
     # ids, tokens and the input's text come from a store and a dataset: controls escaped
     sys.stdout.write(printable(render_table(view, about.line, about.labels)))
     if args.png is not None:
