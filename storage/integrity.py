@@ -298,74 +298,66 @@ def _legacy_axis(kind: str, name: str) -> tuple[tuple[str, ...], int] | None:
     return None
 
 
+def _group_problem(kind: str, data: bytes | None) -> tuple[str | None, dict[str, Any] | None]:
+    """(what is wrong with a group's document, or None; its attributes when its arrays can be
+    checked: a finished group, i.e. one with a fingerprint)."""
+    meta, problem = _document(data, "group")
+    attrs = (meta or {}).get("attributes", {})
+    if problem is not None or "fingerprint" not in attrs:
+        return problem, None  # no fingerprint: unfinished, `sweep run` rebuilds it whole
+    try:
+        expected_arrays(kind, attrs)
+    except (KeyError, TypeError, ValueError) as error:
+        return f"its attributes lack what sizes its arrays ({error})", None
+    return None, attrs
+
+
 def metadata_damage(store: StoreLike, models: Iterable[str], *, arrays: bool = True
                     ) -> list[MetadataDamage]:
     """Every metadata document of `models`' groups (their results and size-matched nulls groups)
     and of the baseline that is not what `storage.layout` says: unreadable, not a group or an
     array, a group without the attributes that size it, an array whose data type, shape or chunk
     shape differ from the layout's for its group's attributes (stores of an older layout
-    accepted). Read-only, concurrent reads; `arrays=False` checks the groups' own documents only.
-    A group whose document is missing is not damage here (a deleted group: `sweep status` calls
-    it missing; an unfinished one: `sweep run` rebuilds it)."""
+    accepted). Read-only, a few rounds of concurrent reads; `arrays=False` checks the groups'
+    own documents only (the models', their nulls', the baseline's). A group whose document is
+    missing is not damage here (a deleted group: `sweep status` calls it missing)."""
     location = locate(store)
-    groups = {name: ("model", name) for name in models}
-    groups[BASELINE_GROUP] = (BASELINE_GROUP, BASELINE_GROUP)
-    docs = location.read_many(f"{path}/zarr.json" for path in groups)
     out: list[MetadataDamage] = []
     checked: list[tuple[str, str, str, dict[str, Any]]] = []  # (kind, scope, path, attrs)
-    for path, (kind, scope) in groups.items():
-        data = docs[f"{path}/zarr.json"]
-        if data is None:
-            continue
-        meta, problem = _document(data, "group")
-        attrs = (meta or {}).get("attributes", {})
-        if problem is None and "fingerprint" in attrs:
-            try:
-                expected_arrays(kind, attrs)
-            except (KeyError, TypeError, ValueError) as error:
-                problem = f"its attributes lack what sizes its arrays ({error})"
-        if problem is not None:
-            out.append(MetadataDamage(scope, path, f"{path}/zarr.json", problem))
-        elif "fingerprint" in attrs:  # unfinished groups are rebuilt whole by `sweep run`
-            checked.append((kind, scope, path, attrs))
+
+    def groups(paths: dict[str, tuple[str, str]]) -> None:  # path -> (kind, scope)
+        docs = location.read_many(f"{path}/zarr.json" for path in paths)
+        for path, (kind, scope) in paths.items():
+            data = docs[f"{path}/zarr.json"]
+            if data is None:
+                continue
+            problem, attrs = _group_problem(kind, data)
+            if problem is not None:
+                out.append(MetadataDamage(scope, path, f"{path}/zarr.json", problem))
+            elif attrs is not None:
+                checked.append((kind, scope, path, attrs))
+
+    groups({**{name: ("model", name) for name in models},
+            BASELINE_GROUP: (BASELINE_GROUP, BASELINE_GROUP)})
+    groups({f"{path}/{NULLS_GROUP}": (NULLS_GROUP, scope)
+            for kind, scope, path, _ in list(checked) if kind == "model"})
     if not arrays:
         return out
-    nulls = location.read_many(f"{path}/{NULLS_GROUP}/zarr.json"
-                               for kind, _, path, _ in checked if kind == "model")
-    for key, data in nulls.items():
-        path = key.removesuffix("/zarr.json")
-        if data is None:
-            continue
-        scope = path.split("/")[0]
-        meta, problem = _document(data, "group")
-        attrs = (meta or {}).get("attributes", {})
-        if problem is None and "fingerprint" in attrs:
-            try:
-                expected_arrays(NULLS_GROUP, attrs)
-            except (KeyError, TypeError, ValueError) as error:
-                problem = f"its attributes lack what sizes its arrays ({error})"
+    models_checked = [(scope, path) for kind, scope, path, _ in checked if kind == "model"]
+    results = location.read_many(f"{path}/{RESULTS_GROUP}/zarr.json" for _, path in models_checked)
+    for scope, path in models_checked:
+        key = f"{path}/{RESULTS_GROUP}/zarr.json"
+        problem = _document(results[key], "group")[1]
         if problem is not None:
             out.append(MetadataDamage(scope, path, key, problem))
-        elif "fingerprint" in attrs:
-            checked.append((NULLS_GROUP, scope, path, attrs))
-    expected = {(kind, scope, path, f"{path}/{name}/zarr.json", name): shaped
+    expected = {(kind, scope, path, f"{path}/{name}/zarr.json", name): (shaped, attrs)
                 for kind, scope, path, attrs in checked
                 for name, shaped in expected_arrays(kind, attrs).items()}
-    if any(kind == "model" for kind, *_ in checked):
-        results = location.read_many(f"{path}/{RESULTS_GROUP}/zarr.json"
-                                     for kind, _, path, _ in checked if kind == "model")
-        for key, data in results.items():
-            path = key.removesuffix(f"/{RESULTS_GROUP}/zarr.json")
-            problem = _document(data, "group")[1]
-            if problem is not None:
-                out.append(MetadataDamage(path, path, key, problem))
-    attrs_of = {path: attrs for _, _, path, attrs in checked}
     docs = location.read_many(key for _, _, _, key, _ in expected)
-    for (kind, scope, path, key, name), shaped in expected.items():
-        data = docs[key]
-        if data is None and _optional(kind, name, attrs_of[path]):
+    for (kind, scope, path, key, name), (shaped, attrs) in expected.items():
+        if docs[key] is None and _optional(kind, name, attrs):
             continue
-        meta, problem = _document(data, "array")
+        meta, problem = _document(docs[key], "array")
         if meta is not None:
             problem = _array_problem(meta, shaped, _legacy_axis(kind, name))
         if problem is not None:

@@ -140,7 +140,8 @@ def attention_held(store: StoreLike) -> list[AttentionHeld]:
     index = MarkerIndex(location)
     dropped = dropped_by_shard(location)
     models = root.attrs.get("models", [])
-    unreadable = {d.scope for d in metadata_damage(location, models, arrays=False)}
+    unreadable = {d.group for d in metadata_damage(location, models, arrays=False)
+                  if d.whole_group}
     out = []
     for model in models:
         if model in unreadable or model not in root:
