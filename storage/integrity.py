@@ -31,10 +31,26 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import zarr
 
-from storage.layout import BOOKKEEPING_DIR
+from storage.errors import StoreDamagedError
+from storage.layout import (
+    BASELINE_GROUP,
+    BOOKKEEPING_DIR,
+    LEGACY_ATTENTION_DIMS,
+    LEGACY_BASELINE_DIMS,
+    LEGACY_RESULT_DIMS,
+    NULLS_GROUP,
+    OPTIONAL_RESULT_VARS,
+    RESULTS_GROUP,
+    Shaped,
+    baseline_arrays,
+    matched_arrays,
+    model_arrays,
+    zarr_data_type,
+)
 from storage.location import Location, ObjectInfo, StoreLike, locate
 from storage.recording import CRC32C, crc32c_of
 
@@ -183,3 +199,181 @@ def damage_message(store: StoreLike, damaged: dict[str, list[str]]) -> str:
     variables = sorted({variable_of(f) for files in damaged.values() for f in files})
     return (f"store {store}: damaged chunks in {', '.join(variables)} ({len(damaged)} task(s)); "
             f"rerun `sweep run` with its config to recompute them")
+
+
+# --- metadata: what the layout says each group and array is ----------------------------------
+
+@dataclass(frozen=True)
+class MetadataDamage:
+    """A metadata document (`key`, a `zarr.json`) that is not what the layout says: `scope` is
+    the model (or `baseline`) it belongs to, `group` the group whose arrays it damages (the whole
+    group when its own document is the damaged one: its attributes, fingerprint included, are
+    gone)."""
+
+    scope: str
+    group: str
+    key: str
+    reason: str
+
+    @property
+    def whole_group(self) -> bool:
+        return self.key == f"{self.group}/zarr.json"
+
+    def line(self) -> str:
+        return f"{self.key}: {self.reason}"
+
+
+def _document(data: bytes | None, node_type: str) -> tuple[dict | None, str | None]:
+    """(metadata, None), or (None, what is wrong with it)."""
+    if data is None:
+        return None, "missing"
+    try:
+        meta = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError):
+        return None, "not valid JSON" if data.strip() else "empty"
+    if not isinstance(meta, dict) or meta.get("node_type") != node_type or \
+            meta.get("zarr_format") != 3:
+        return None, f"not the metadata of a Zarr v3 {node_type}"
+    if not isinstance(meta.get("attributes", {}), dict):
+        return None, "its attributes are not a mapping"
+    return meta, None
+
+
+def _chunk_shape(meta: dict) -> Any:
+    grid = meta.get("chunk_grid")
+    return grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
+
+
+def _array_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], int] | None
+                   ) -> str | None:
+    """What differs between an array's metadata and the layout's (data type, shape, chunk
+    shape); `legacy`: (dims, axis) of the layout from before an axis was added (the head, the
+    null), whose arrays lack that axis."""
+    var, shape, chunks = shaped
+    if legacy is not None and tuple(meta.get("dimension_names") or ()) == legacy[0]:
+        axis = legacy[1]
+        shape, chunks = shape[:axis] + shape[axis + 1:], chunks[:axis] + chunks[axis + 1:]
+    expected = {"data_type": zarr_data_type(var), "shape": list(shape),
+                "chunk_shape": list(chunks)}
+    found = {"data_type": meta.get("data_type"), "shape": meta.get("shape"),
+             "chunk_shape": _chunk_shape(meta)}
+    wrong = [f"{key} {json.dumps(found[key])}, the layout's {json.dumps(expected[key])}"
+             for key in expected if found[key] != expected[key]]
+    return "; ".join(wrong) or None
+
+
+def expected_arrays(kind: str, attrs: dict[str, Any]) -> dict[str, Shaped]:
+    """The layout's arrays of a group of `kind` (model, nulls, baseline) from its attributes;
+    KeyError/TypeError/ValueError if they lack what sizes them."""
+    def chunks_of(a: dict[str, Any]) -> int:
+        return -(-int(a["trials"]) // int(a["chunk_trials"]))
+
+    if kind == "model":
+        return model_arrays(n_inputs=int(attrs["n_inputs"]), shard_size=int(attrs["shard_size"]),
+                            n_layers=int(attrs["n_layers"]), n_heads=int(attrs.get("n_heads", 1)),
+                            t_max=int(attrs["t_max"]), n_sets=len(attrs["token_sets"]))
+    if kind == NULLS_GROUP:
+        return matched_arrays(n_nulls=len(attrs["nulls"]), n_sets=len(attrs["token_sets"]),
+                              n_chunks=chunks_of(attrs))
+    return baseline_arrays(n_nulls=len(attrs.get("nulls", ["uniform"])),
+                           n_sizes=len(attrs["sizes"]), n_chunks=chunks_of(attrs))
+
+
+def _optional(kind: str, name: str, attrs: dict[str, Any]) -> bool:
+    """Whether a group of a store written before `name` existed may lack it."""
+    if kind == "model":
+        return name in ("input_digest", *(f"{RESULTS_GROUP}/{v}" for v in OPTIONAL_RESULT_VARS)) \
+            or (name == "head" and "n_heads" not in attrs)
+    return kind == BASELINE_GROUP and name == "null" and "nulls" not in attrs
+
+
+def _legacy_axis(kind: str, name: str) -> tuple[tuple[str, ...], int] | None:
+    """(dims, axis) of an array of an older layout that lacks `axis` (the head, the null)."""
+    if kind == "model" and name.startswith(f"{RESULTS_GROUP}/"):
+        return LEGACY_RESULT_DIMS, 2
+    if kind == "model" and name == "attention":
+        return LEGACY_ATTENTION_DIMS, 2
+    if kind == BASELINE_GROUP and name in ("holding", "trials", "disagreements"):
+        return LEGACY_BASELINE_DIMS, 0
+    return None
+
+
+def _group_problem(kind: str, data: bytes | None) -> tuple[str | None, dict[str, Any] | None]:
+    """(what is wrong with a group's document, or None; its attributes when its arrays can be
+    checked: a finished group, i.e. one with a fingerprint)."""
+    meta, problem = _document(data, "group")
+    attrs = (meta or {}).get("attributes", {})
+    if problem is not None or "fingerprint" not in attrs:
+        return problem, None  # no fingerprint: unfinished, `sweep run` rebuilds it whole
+    try:
+        expected_arrays(kind, attrs)
+    except (KeyError, TypeError, ValueError) as error:
+        return f"its attributes lack what sizes its arrays ({error})", None
+    return None, attrs
+
+
+def metadata_damage(store: StoreLike, models: Iterable[str], *, arrays: bool = True
+                    ) -> list[MetadataDamage]:
+    """Every metadata document of `models`' groups (their results and size-matched nulls groups)
+    and of the baseline that is not what `storage.layout` says: unreadable, not a group or an
+    array, a group without the attributes that size it, an array whose data type, shape or chunk
+    shape differ from the layout's for its group's attributes (stores of an older layout
+    accepted). Read-only, a few rounds of concurrent reads; `arrays=False` checks the groups'
+    own documents only (the models', their nulls', the baseline's). A group whose document is
+    missing is not damage here (a deleted group: `sweep status` calls it missing)."""
+    location = locate(store)
+    out: list[MetadataDamage] = []
+    checked: list[tuple[str, str, str, dict[str, Any]]] = []  # (kind, scope, path, attrs)
+
+    def groups(paths: dict[str, tuple[str, str]]) -> None:  # path -> (kind, scope)
+        docs = location.read_many(f"{path}/zarr.json" for path in paths)
+        for path, (kind, scope) in paths.items():
+            data = docs[f"{path}/zarr.json"]
+            if data is None:
+                continue
+            problem, attrs = _group_problem(kind, data)
+            if problem is not None:
+                out.append(MetadataDamage(scope, path, f"{path}/zarr.json", problem))
+            elif attrs is not None:
+                checked.append((kind, scope, path, attrs))
+
+    groups({**{name: ("model", name) for name in models},
+            BASELINE_GROUP: (BASELINE_GROUP, BASELINE_GROUP)})
+    groups({f"{path}/{NULLS_GROUP}": (NULLS_GROUP, scope)
+            for kind, scope, path, _ in list(checked) if kind == "model"})
+    if not arrays:
+        return out
+    models_checked = [(scope, path) for kind, scope, path, _ in checked if kind == "model"]
+    results = location.read_many(f"{path}/{RESULTS_GROUP}/zarr.json" for _, path in models_checked)
+    for scope, path in models_checked:
+        key = f"{path}/{RESULTS_GROUP}/zarr.json"
+        problem = _document(results[key], "group")[1]
+        if problem is not None:
+            out.append(MetadataDamage(scope, path, key, problem))
+    expected = {(kind, scope, path, f"{path}/{name}/zarr.json", name): (shaped, attrs)
+                for kind, scope, path, attrs in checked
+                for name, shaped in expected_arrays(kind, attrs).items()}
+    docs = location.read_many(key for _, _, _, key, _ in expected)
+    for (kind, scope, path, key, name), (shaped, attrs) in expected.items():
+        if docs[key] is None and _optional(kind, name, attrs):
+            continue
+        meta, problem = _document(docs[key], "array")
+        if meta is not None:
+            problem = _array_problem(meta, shaped, _legacy_axis(kind, name))
+        if problem is not None:
+            out.append(MetadataDamage(scope, path, key, problem))
+    return out
+
+
+def metadata_message(store: StoreLike, damage: list[MetadataDamage]) -> str:
+    """One line naming the damaged metadata documents and the fix."""
+    shown = "; ".join(d.line() for d in damage[:3]) + ("; ..." if len(damage) > 3 else "")
+    return (f"store {store}: damaged metadata ({len(damage)} document(s)): {shown}; rerun "
+            f"`sweep run` with its config to recreate it and recompute what it held")
+
+
+def check_metadata(store: StoreLike, models: Iterable[str]) -> None:
+    """StoreDamagedError (one line) if `metadata_damage` finds anything."""
+    damage = metadata_damage(store, models)
+    if damage:
+        raise StoreDamagedError(metadata_message(store, damage))

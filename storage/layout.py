@@ -205,6 +205,49 @@ MATCHED_VARS: dict[str, Var] = {
 OPTIONAL_RESULT_VARS = ("radius",)
 """Result variables a store written before them lacks: readers leave them out, writers skip them."""
 
+Shaped = tuple[Var, tuple[int, ...], tuple[int, ...]]  # a variable, its shape and chunk shape
+
+
+def model_arrays(*, n_inputs: int, shard_size: int, n_layers: int, n_heads: int, t_max: int,
+                 n_sets: int) -> dict[str, Shaped]:
+    """Every array of a model group (path inside the group -> variable, shape, chunks): a shard
+    owns whole chunks of the per-input arrays and results, an input one attention chunk."""
+    n, h, s = n_inputs, n_heads, n_sets
+    out: dict[str, Shaped] = {
+        "input_id": (MODEL_VARS["input_id"], (n,), (shard_size,)),
+        "head": (MODEL_VARS["head"], (h,), (h,)),
+        "n_tokens": (MODEL_VARS["n_tokens"], (n,), (shard_size,)),
+        "token_kind": (MODEL_VARS["token_kind"], (n, t_max), (shard_size, t_max)),
+        "input_digest": (MODEL_VARS["input_digest"], (n,), (shard_size,)),
+        "attention": (MODEL_VARS["attention"], (n, n_layers, h, t_max, t_max),
+                      (1, n_layers, h, t_max, t_max)),
+    }
+    for name, var in RESULT_VARS.items():
+        out[f"{RESULTS_GROUP}/{name}"] = (var, (n, n_layers, h, s), (shard_size, n_layers, h, s))
+    return out
+
+
+def matched_arrays(*, n_nulls: int, n_sets: int, n_chunks: int) -> dict[str, Shaped]:
+    """Every array of a model's size-matched nulls group (`NULLS_GROUP`)."""
+    shape = (n_nulls, n_sets, n_chunks)
+    return {"null": (MATCHED_VARS["null"], (n_nulls,), (n_nulls,)),
+            **{name: (MATCHED_VARS[name], shape, (1, n_sets, 1))
+               for name in ("holding", "trials", "disagreements")}}
+
+
+def baseline_arrays(*, n_nulls: int, n_sizes: int, n_chunks: int) -> dict[str, Shaped]:
+    """Every array of the baseline group (`BASELINE_GROUP`)."""
+    shape = (n_nulls, n_sizes, n_chunks)
+    return {"n": (BASELINE_VARS["n"], (n_sizes,), (n_sizes,)),
+            "null": (BASELINE_VARS["null"], (n_nulls,), (n_nulls,)),
+            **{name: (BASELINE_VARS[name], shape, (1, 1, 1))
+               for name in ("holding", "trials", "disagreements")}}
+
+
+def zarr_data_type(var: Var) -> str:
+    """The `data_type` of `var` in a Zarr v3 array's metadata."""
+    return "string" if var.dtype == "str" else var.dtype
+
 
 class ResultStatus:
     """Values of the `status` result variable."""

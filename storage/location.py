@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from storage.errors import EnvironmentFault, InputError
+from storage.errors import EnvironmentFault, InputError, StoreDamagedError
 
 OBJECT_SCHEMES = {"s3": "s3", "s3a": "s3", "gs": "gcs", "gcs": "gcs", "az": "azure",
                   "abfs": "azure", "abfss": "azure", "azure": "azure"}
@@ -382,16 +382,41 @@ class LocalLocation(Location):
         return ObjectInfo(stat.st_size, stat.st_mtime_ns)
 
     def listing(self, prefix: str = "") -> dict[str, ObjectInfo]:
+        """Every file under `prefix`; StoreDamagedError naming the first symbolic link met
+        inside the store (`sweep run` would write chunks through it, outside the store; the
+        store's own folder may be a link)."""
         base = self._path(prefix) if prefix else self.root
         out = {}
-        for folder, _, files in os.walk(base):
-            for name in files:
-                path = Path(folder) / name
-                with contextlib.suppress(FileNotFoundError):
-                    stat = path.stat()
-                    out[path.relative_to(self.root).as_posix()] = ObjectInfo(stat.st_size,
-                                                                             stat.st_mtime_ns)
+        folders = [base]
+        while folders:
+            try:
+                entries = os.scandir(folders.pop())
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            with entries:
+                for entry in entries:
+                    if entry.is_symlink():
+                        raise self._link(Path(entry.path))
+                    if entry.is_dir(follow_symlinks=False):
+                        folders.append(entry.path)
+                        continue
+                    with contextlib.suppress(FileNotFoundError):
+                        stat = entry.stat(follow_symlinks=False)
+                        key = Path(entry.path).relative_to(self.root).as_posix()
+                        out[key] = ObjectInfo(stat.st_size, stat.st_mtime_ns)
         return out
+
+    def _link(self, path: Path) -> StoreDamagedError:
+        try:
+            target = f" (to {os.readlink(path)})"
+        except OSError:
+            target = ""
+        return StoreDamagedError(
+            f"store {self.root}: {path.relative_to(self.root).as_posix()} is a symbolic "
+            f"link{target}; a store holds no links (sweep would write "
+            f"through it, outside the store): put what it points to in its place, or delete "
+            f"it and rerun `sweep run` to recompute what it held"
+        )
 
     def any_key(self, prefix: str = "") -> bool:
         base = self._path(prefix) if prefix else self.root

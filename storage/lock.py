@@ -18,6 +18,7 @@ from types import TracebackType
 from storage.layout import BOOKKEEPING_DIR
 from storage.lease import Lease, StoreBusyError
 from storage.location import Location, StoreLike, locate
+from storage.store import CREATING
 
 __all__ = ["StoreBusyError", "StoreLock"]
 
@@ -40,6 +41,8 @@ class StoreLock:
         else:
             self.lease = Lease(self.location)
             self.lease.acquire(break_lock=self.break_lock, force=self.force)
+        if self._created:  # first: a store holding it was never finished (`storage.store`)
+            self.location.write(CREATING, b"")
         return self
 
     def _exists(self) -> bool:
@@ -89,9 +92,21 @@ class StoreLock:
         else:
             return
         if self._created and exc_type is not None and not self._finished():
-            self.location.delete_prefix("")  # created now, never finished
+            self._remove_unfinished()  # created now, never finished
         elif self._created and self.location.read("zarr.json") is None:
             self._remove_empty_store()
+
+    def _remove_unfinished(self) -> None:
+        """Delete a store this run created and did not finish, its creation marker last, so
+        that a cleanup cut short (a second Ctrl-C) still leaves a store a rerun recognises as
+        unfinished (`storage.store.unfinished_creation`) and creates again."""
+        keys = self.location.listing() if self.location.any_key("") else {}
+        for top in sorted({key.split("/")[0] for key in keys} - {BOOKKEEPING_DIR}):
+            if top in keys:  # an object at the top: the root metadata
+                self.location.delete(top)
+            else:
+                self.location.delete_prefix(f"{top}/")
+        self.location.delete_prefix("")
 
     def _finished(self) -> bool:
         """Whether the store's creation finished (the driver writes root `config` last)."""
@@ -105,6 +120,7 @@ class StoreLock:
         """A run that failed before creating the store leaves nothing behind: locally only
         empty folders are removed (rmdir refuses anything else); remotely the lease alone."""
         path = self.location.local_path()
+        self.location.delete(CREATING)
         if path is None:
             self.location.delete_prefix(f"{BOOKKEEPING_DIR}/lease/")
             return

@@ -40,21 +40,22 @@ from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import (
     BASELINE_GROUP,
-    BASELINE_VARS,
     BOOKKEEPING_DIR,
     DEVICE_ROLLOUT,
     DEVICE_ROLLOUT_VAR,
     FORMAT,
     LEGACY_ATTENTION_DIMS,
     LEGACY_RESULT_DIMS,
-    MATCHED_VARS,
     MEAN_HEAD,
-    MODEL_VARS,
     NULLS_GROUP,
     OPTIONAL_RESULT_VARS,
     RESULT_VARS,
     RESULTS_GROUP,
+    Shaped,
     Var,
+    baseline_arrays,
+    matched_arrays,
+    model_arrays,
 )
 from storage.location import Location, StoreLike, describe_object_error, locate, redact_url
 from storage.recording import RecordingStore
@@ -110,12 +111,47 @@ def _zarr_store(location: Location, mode: str) -> Any:
     return RecordingStore(location.zarr_store(), location)
 
 
-def create_root(store: StoreLike) -> zarr.Group:
-    """Open the store's root, creating it (format, library versions) when it does not exist."""
+CREATING = f"{BOOKKEEPING_DIR}/creating"
+"""Written by the run that creates a store before anything else (`storage.lock`), deleted once
+the root's `config` is written (`write_root_attrs`): a store holding it was never finished."""
+
+
+def unfinished_creation(store: StoreLike, names: Sequence[str]) -> bool:
+    """Whether `store` holds only what an interrupted creation of a sweep store leaves (Ctrl-C
+    while planning, a cleanup cut short): no root metadata, no done marker, and besides the
+    bookkeeping either the creation marker (CREATING) or nothing but the metadata documents
+    (`zarr.json`) of groups named `names` (the config's models and the baseline). Such a store
+    holds no result: a rerun deletes it and creates it again (`create_root`)."""
     location = locate(store)
-    if location.read("zarr.json") is None and any(
-            not key.startswith(f"{BOOKKEEPING_DIR}/") for key in _some_keys(location)):
-        raise InputError(f"{store}: a folder that is not a sweep store; choose another store path")
+    if location.read("zarr.json") is not None:
+        return False
+    keys = _some_keys(location)
+    if any(key.startswith(f"{BOOKKEEPING_DIR}/markers/") and key.endswith(".done")
+           for key in keys):
+        return False
+    data = [key for key in keys if not key.startswith(f"{BOOKKEEPING_DIR}/")]
+    if CREATING in keys:
+        return True
+    groups = {*names, BASELINE_GROUP}
+    return bool(data) and all(key.split("/")[0] in groups and key.endswith("/zarr.json")
+                              for key in data)
+
+
+def _data_keys(location: Location) -> list[str]:
+    return [key for key in _some_keys(location) if not key.startswith(f"{BOOKKEEPING_DIR}/")]
+
+
+def create_root(store: StoreLike, names: Sequence[str] = ()) -> zarr.Group:
+    """Open the store's root, creating it (format, library versions) when it does not exist;
+    what an interrupted creation left (`unfinished_creation`, `names`: the config's models) is
+    deleted first."""
+    location = locate(store)
+    if location.read("zarr.json") is None and _data_keys(location):
+        if not unfinished_creation(location, names):
+            raise InputError(f"{store}: a folder that is not a sweep store; choose another "
+                             f"store path")
+        for top in sorted({key.split("/")[0] for key in _data_keys(location)}):
+            location.delete_prefix(f"{top}/")
     root = open_root(location, mode="a")
     if "format" not in root.attrs:
         root.attrs.update({"format": FORMAT, "versions": library_versions()})
@@ -213,24 +249,18 @@ def ensure_model(root: zarr.Group, name: str, *, input_ids: Sequence[str], n_lay
         _check_fingerprint(location_of(root), f"model {name!r}", root[name], fingerprint_inputs,
                            f"models.{name}.")
         return False
-    n, h, s = len(input_ids), len(heads), len(token_sets)
+    n, h = len(input_ids), len(heads)
     group = root.create_group(name)
-    shapes = {
-        "input_id": ((n,), (shard_size,)),
-        "head": ((h,), (h,)),
-        "n_tokens": ((n,), (shard_size,)),
-        "token_kind": ((n, t_max), (shard_size, t_max)),
-        "input_digest": ((n,), (shard_size,)),
-        "attention": ((n, n_layers, h, t_max, t_max), (1, n_layers, h, t_max, t_max)),
-    }
-    for var_name, (shape, chunks) in shapes.items():
-        _create(group, var_name, MODEL_VARS[var_name], shape, chunks)
+    group.create_group(RESULTS_GROUP)
+    for path, (var, shape, chunks) in model_arrays(
+            n_inputs=n, shard_size=shard_size, n_layers=n_layers, n_heads=h, t_max=t_max,
+            n_sets=len(token_sets)).items():
+        parent, _, var_name = path.rpartition("/")
+        _create(group[parent] if parent else group, var_name, var, shape, chunks)
     group["input_id"][:] = np.asarray(input_ids, dtype=str)
     group["head"][:] = np.asarray(heads, dtype=str)
-    results = group.create_group(RESULTS_GROUP)
-    for var_name, var in RESULT_VARS.items():
-        _create(results, var_name, var, (n, n_layers, h, s), (shard_size, n_layers, h, s))
     if device_rollout:
+        s = len(token_sets)
         _create(group, DEVICE_ROLLOUT, DEVICE_ROLLOUT_VAR, (n, n_layers, h, s),
                 (shard_size, n_layers, h, s))
     group.attrs.update({
@@ -255,13 +285,11 @@ def ensure_baseline(root: zarr.Group, *, sizes: Sequence[int], trials: int, seed
                            "baseline.")
         return False
     group = root.create_group(BASELINE_GROUP)
-    _create(group, "n", BASELINE_VARS["n"], (len(sizes),), (len(sizes),))
+    for var_name, (var, shape, chunks) in baseline_arrays(
+            n_nulls=len(nulls), n_sizes=len(sizes), n_chunks=n_chunks).items():
+        _create(group, var_name, var, shape, chunks)
     group["n"][:] = np.asarray(sizes, dtype=np.int64)
-    _create(group, "null", BASELINE_VARS["null"], (len(nulls),), (len(nulls),))
     group["null"][:] = np.asarray(nulls, dtype=str)
-    for var_name in ("holding", "trials", "disagreements"):
-        _create(group, var_name, BASELINE_VARS[var_name], (len(nulls), len(sizes), n_chunks),
-                (1, 1, 1))
     group.attrs.update({**inputs, "fingerprint_inputs": inputs})
     group.attrs["fingerprint"] = fingerprint(inputs)
     return True
@@ -293,11 +321,10 @@ def ensure_matched_nulls(root: zarr.Group, model: str, *, nulls: Sequence[str],
                            parent[NULLS_GROUP], inputs, "matched_nulls.")
         return False
     group = parent.create_group(NULLS_GROUP)
-    _create(group, "null", MATCHED_VARS["null"], (len(nulls),), (len(nulls),))
+    for var_name, (var, shape, chunks) in matched_arrays(
+            n_nulls=len(nulls), n_sets=len(token_sets), n_chunks=n_chunks).items():
+        _create(group, var_name, var, shape, chunks)
     group["null"][:] = np.asarray(nulls, dtype=str)
-    shape = (len(nulls), len(token_sets), n_chunks)
-    for var_name in ("holding", "trials", "disagreements"):
-        _create(group, var_name, MATCHED_VARS[var_name], shape, (1, len(token_sets), 1))
     group.attrs.update({**inputs, "fingerprint_inputs": inputs})
     group.attrs["fingerprint"] = fingerprint(inputs)
     return True
@@ -320,21 +347,63 @@ def write_root_attrs(root: zarr.Group, config: dict[str, Any]) -> None:
     group's fingerprint (driver only)."""
     config = redacted(config)
     names = list(root.attrs.get("models", []))
-    names += [name for name in config.get("models", {}) if name not in names and name in root]
-    fingerprints = {name: root[name].attrs["fingerprint"] for name in names}
-    if BASELINE_GROUP in root:
-        fingerprints[BASELINE_GROUP] = root[BASELINE_GROUP].attrs["fingerprint"]
+    location = getattr(root.store, "location", None)  # None: a group zarr opened (tests)
+    before = root.attrs.get("fingerprint", {})
+    groups = {name: group_attrs(location, name) if location is not None else
+              dict(root[name].attrs) if name in root else None
+              for name in dict.fromkeys([*names, *config.get("models", {}), BASELINE_GROUP])}
+    names += [name for name in config.get("models", {}) if name not in names and groups[name]]
+    # a group whose metadata is unreadable (a model no longer configured) keeps its record
+    fingerprints = {name: (groups[name] or {}).get("fingerprint", before.get(name))
+                    for name in names}
+    if groups[BASELINE_GROUP]:
+        fingerprints[BASELINE_GROUP] = groups[BASELINE_GROUP]["fingerprint"]
     root.attrs.update({"config": config, "models": names, "fingerprint": fingerprints})
+    if location is not None:
+        location.delete(CREATING)  # the store's creation is finished
+
+
+def group_attrs(store: StoreLike, path: str) -> dict[str, Any] | None:
+    """The attributes of the group at `path` (read from its metadata document, not through
+    zarr), or None if it is absent or its document is not a group's (damaged metadata:
+    `storage.integrity.metadata_damage` names it; `sweep run` recreates it)."""
+    data = locate(store).read(f"{path}/zarr.json")
+    try:
+        meta = json.loads(data.decode("utf-8")) if data is not None else None
+    except (UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(meta, dict) or meta.get("node_type") != "group":
+        return None
+    attrs = meta.get("attributes", {})
+    return attrs if isinstance(attrs, dict) else None
+
+
+def recreate_array(group: zarr.Group, path: str, shaped: Shaped,
+                   values: np.ndarray | None = None) -> None:
+    """Create the array at `path` inside `group` afresh as `shaped` (`storage.layout`) after
+    deleting whatever was there (its metadata and chunks), and write `values` (a coordinate
+    array's) if given: the repair of an array whose metadata was damaged."""
+    location_of(group).delete_prefix(f"{group.path}/{path}".strip("/") + "/")
+    parent, _, name = path.rpartition("/")
+    array = _create(group[parent] if parent else group, name, *shaped)
+    if values is not None:
+        array[:] = values
+
+
+def recreate_group(parent: zarr.Group, name: str) -> zarr.Group:
+    """An empty group `name` inside `parent` in place of whatever was there."""
+    location_of(parent).delete_prefix(f"{parent.path}/{name}".strip("/") + "/")
+    return parent.create_group(name)
 
 
 def stored_model_attrs(store: StoreLike, model: str) -> dict[str, Any] | None:
-    """A finished model group's attributes, or None if the store or the group does not exist."""
+    """A finished model group's attributes, or None if the store or the group does not exist
+    (or its metadata is unreadable)."""
     if locate(store).read("zarr.json") is None:
         return None
-    root = open_root(store)
-    if model not in root or "fingerprint" not in root[model].attrs:
-        return None
-    return dict(root[model].attrs)
+    open_root(store)  # a sweep store, or a one-line refusal
+    attrs = group_attrs(store, model)
+    return attrs if attrs is not None and "fingerprint" in attrs else None
 
 
 def open_model(store: StoreLike, model: str, mode: str = "r") -> zarr.Group:

@@ -262,7 +262,7 @@ def stored_arrays(store) -> dict[str, np.ndarray]:
 
     root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r")
     out = {}
-    for group in [*root.attrs["models"], "baseline"]:
+    for group in [*root.attrs["models"], *(["baseline"] if "baseline" in root else [])]:
         for path, array in root[group].members(max_depth=None):
             if isinstance(array, zarr.Array):
                 out[f"{group}/{path}"] = array[:]

@@ -76,7 +76,8 @@ def test_the_failing_layer_shows_its_attaining_pair_with_kinds_and_entries(store
 
 
 def test_the_terminal_table_names_the_input_the_tokens_and_the_pair(store, capsys):
-    assert main(["show", str(store), "m", "line-1"]) == 0
+    assert main(["show", str(store), "m", "line-1", "--inputs",
+                 str(store.parent / "lines.txt")]) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "m · input line-1 (#0 of 2) · 4 tokens: CLS at 0, 3 content"
@@ -122,7 +123,7 @@ def test_an_input_whose_dataset_is_gone_says_so_in_one_line(store, tmp_path, cap
     shutil.copytree(store, moved)
     group = zarr.open_group(moved / "m", mode="r+")
     group.attrs["dataset_spec"] = {"kind": "text", "path": str(tmp_path / "gone.txt")}
-    assert main(["show", str(moved), "m", "line-1"]) == 0
+    assert main(["show", str(moved), "m", "line-1", "--inputs", str(tmp_path / "gone.txt")]) == 0
     assert "input: (not available here: text file" in capsys.readouterr().out
 
 

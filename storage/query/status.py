@@ -2,7 +2,9 @@
 
 A done task whose chunks no longer match its marker's checksums (`storage.integrity`: checked
 against one listing, as `sweep run` does at start-up; re-hashed with `verify`) counts as pending
-and is listed in `damaged` with the damaged chunks. A
+and is listed in `damaged` with the damaged chunks; a metadata document that is not what the
+layout says (`storage.integrity.metadata_damage`) is a `metadata` entry of its model (or the
+baseline), and a group whose own document is damaged is that entry alone. A
 store whose creation never finished (no `config` root attribute: the driver writes it last)
 raises StoreDamagedError instead of showing an empty table.
 """
@@ -13,7 +15,7 @@ from dataclasses import dataclass, field
 
 from storage.attention import EXTRACT_STAGE, AttentionPolicy, dropped_by_shard, held_inputs
 from storage.errors import StoreDamagedError
-from storage.integrity import FULL, MARKERS, STAT, scan_store
+from storage.integrity import FULL, MARKERS, STAT, metadata_damage, scan_store
 from storage.layout import (
     BASELINE_GROUP,
     BASELINE_STAGE,
@@ -27,6 +29,7 @@ from storage.markers import MarkerIndex, marker_key, marker_name, read_state
 from storage.store import open_root
 
 MISSING = "group"  # the stage of a StageStatus standing for a deleted group
+METADATA = "metadata"  # the stage of a StageStatus standing for damaged metadata documents
 
 
 @dataclass
@@ -40,6 +43,7 @@ class StageStatus:
     failed: dict[str, str] = field(default_factory=dict)  # marker name -> error
     damaged: dict[str, list[str]] = field(default_factory=dict)  # marker name -> chunk files
     missing: bool = False  # the scope's group is gone from the store (stage MISSING)
+    metadata: dict[str, str] = field(default_factory=dict)  # damaged document -> what is wrong
 
     @property
     def total(self) -> int:
@@ -78,8 +82,17 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
         )
     index = MarkerIndex(location)
     damaged = scan_store(location, depth=FULL if verify else STAT)
-    out = []
-    for model in root.attrs.get("models", []):
+    models = root.attrs.get("models", [])
+    damage = metadata_damage(location, models)
+    metadata: dict[str, dict[str, str]] = {}
+    for d in damage:
+        metadata.setdefault(d.scope, {})[d.key] = d.reason
+    touched, whole = {d.group for d in damage}, {d.group for d in damage if d.whole_group}
+    out = [StageStatus(scope, METADATA, pending=len(keys), metadata=keys)
+           for scope, keys in metadata.items()]
+    for model in models:
+        if model in whole:
+            continue  # its attributes are gone: the METADATA entry says so
         if model not in root:  # deleted: `sweep run` recreates and recomputes it
             out.append(StageStatus(model, MISSING, pending=1, missing=True))
             continue
@@ -89,13 +102,13 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
             out.append(_count(index, model, stage, names, damaged))
-        if NULLS_GROUP in root[model]:
+        if f"{model}/{NULLS_GROUP}" not in touched and NULLS_GROUP in root[model]:
             group = root[model][NULLS_GROUP]
             chunks = range(group["holding"].shape[-1])
             names = [marker_name(NULLS_STAGE, f"{null}-c{chunk:05d}")
                      for null in group.attrs["nulls"] for chunk in chunks]
             out.append(_count(index, model, NULLS_STAGE, names, damaged))
-    if BASELINE_GROUP in root:
+    if BASELINE_GROUP not in touched and BASELINE_GROUP in root:
         attrs = root[BASELINE_GROUP].attrs
         n_chunks = root[BASELINE_GROUP]["holding"].shape[-1]
         nulls = [f"{null}-" for null in attrs["nulls"]] if "nulls" in attrs else [""]  # "": old
@@ -126,10 +139,13 @@ def attention_held(store: StoreLike) -> list[AttentionHeld]:
     root = open_root(location)
     index = MarkerIndex(location)
     dropped = dropped_by_shard(location)
+    models = root.attrs.get("models", [])
+    unreadable = {d.group for d in metadata_damage(location, models, arrays=False)
+                  if d.whole_group}
     out = []
-    for model in root.attrs.get("models", []):
-        if model not in root:
-            continue  # a group gone from the store: `store_status` reports it missing
+    for model in models:
+        if model in unreadable or model not in root:
+            continue  # a group gone or unreadable: `store_status` reports it
         attrs = root[model].attrs
         size, n = attrs["shard_size"], attrs["n_inputs"]
         done = [(shard, shard * size, min(shard * size + size, n))

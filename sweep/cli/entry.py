@@ -122,6 +122,7 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
     try:
         with sigint_pinned():  # the command's imports (dask_jobqueue) cannot swap the handler
             from sweep.terminal.faults import classify
+            from sweep.terminal.printable import printable
 
             args = build_parser(chosen if chosen in COMMANDS else "").parse_args(argv)
     except KeyboardInterrupt:
@@ -136,5 +137,5 @@ def main(argv: list[str] | None = None, *, own_process: bool = False) -> int:
         if fault is None:
             raise
         code, label, message = fault
-        print(f"sweep {args.command}: {label}: {message}", file=sys.stderr)
+        print(f"sweep {args.command}: {label}: {printable(message)}", file=sys.stderr)
         return code

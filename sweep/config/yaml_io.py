@@ -3,7 +3,9 @@
 `yaml.safe_load` silently keeps the last of two equal keys; `load_yaml` raises a
 `yaml.constructor.ConstructorError` whose `problem_mark` gives the line of the repeat (callers
 turn YAML errors into one line with the file and line). `read_text` refuses a file that is not
-UTF-8 with the byte offset and line of the first bad byte.
+UTF-8 with the byte offset and line of the first bad byte. A date (`2001-12-25`, YAML 1.1's
+timestamp; `2001-13-45` made `datetime` raise) and an integer of more than MAX_INT_DIGITS digits
+(Python refuses to convert 4,300) are refused the same way, with their line.
 
 A config is a few KB (the bundled `default.yaml` is 3.5 KB, `cluster.yaml` 4.8 KB), so what a
 config file may hold is bounded before it can cost memory or minutes (issue 28): `read_text`
@@ -53,17 +55,44 @@ class _UniqueKeys:
         return SafeConstructor.construct_mapping(self, node, deep=deep)
 
 
+MAX_INT_DIGITS = 30  # digits of an integer a config may hold (a 64-bit count has 19)
+
+
+def _no_timestamp(loader: SafeConstructor, node: yaml.ScalarNode) -> None:
+    """YAML 1.1 reads `2001-12-25` as a date (and `2001-13-45` fails in `datetime`); no
+    setting takes a date or a time: refuse it with its line, naming the quoting that makes it
+    text."""
+    raise ConstructorError(
+        None, None, f"{node.value!r} reads as a date in YAML, which no setting takes; quote it "
+        f"('{node.value}') if it is a name or a path", node.start_mark)
+
+
+def _bounded_int(loader: SafeConstructor, node: yaml.ScalarNode) -> int:
+    """An integer of at most MAX_INT_DIGITS digits, in any base (Python refuses to convert more
+    than 4,300 decimal digits, with a ValueError that would end in a traceback)."""
+    digits = sum(ch.isalnum() for ch in str(node.value).lower().removeprefix("0x")
+                 .removeprefix("0o").removeprefix("0b"))
+    if digits > MAX_INT_DIGITS:
+        raise ConstructorError(
+            None, None, f"an integer of {digits:,} digits, more than any setting takes (at "
+            f"most {MAX_INT_DIGITS})", node.start_mark)
+    return SafeConstructor.construct_yaml_int(loader, node)
+
+
 class UniqueKeyLoader(_UniqueKeys, yaml.SafeLoader):
     """SafeLoader (pure Python) that refuses a mapping holding the same key twice."""
 
 
+LOADERS: list[type] = [UniqueKeyLoader]
 if getattr(yaml, "__with_libyaml__", False):
     class FastUniqueKeyLoader(_UniqueKeys, yaml.CSafeLoader):
         """CSafeLoader (libyaml's parser, the safe constructor) refusing duplicate keys."""
 
-    LOADER: type = FastUniqueKeyLoader
-else:  # pragma: no cover - PyYAML's wheels ship libyaml on Linux and macOS
-    LOADER = UniqueKeyLoader
+    LOADERS.append(FastUniqueKeyLoader)
+LOADER: type = LOADERS[-1]  # libyaml's where PyYAML has it (its Linux and macOS wheels do)
+for _loader in LOADERS:  # dates refused, integers bounded (issue 34, item 8)
+    _loader.add_constructor("tag:yaml.org,2002:timestamp", _no_timestamp)
+    _loader.add_constructor("tag:yaml.org,2002:int", _bounded_int)
 
 
 def load_yaml(text: str, where: str = "") -> Any:

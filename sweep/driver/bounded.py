@@ -17,7 +17,7 @@ import zarr
 from storage.attention import KEEP, AttentionPolicy, drop_attention, dropped_by_shard
 from storage.location import locate
 from storage.markers import MarkerIndex, marker_name
-from storage.store import StoreMismatchError, open_root
+from storage.store import StoreMismatchError, open_root, stored_model_attrs
 from sweep.config.schema import SweepConfig
 from sweep.driver.plan import ExtractTask, SweepPlan, TestTask
 from workers.tasks import attention_chunks
@@ -56,8 +56,8 @@ def check_attention_change(config: SweepConfig, *, reextract: bool = False) -> N
     for name in config.models:
         mine = {shard: inputs for (model, shard), inputs in records.items()
                 if model == name and _tested(index, name, shard)}
-        if not mine or name not in root:
-            continue
+        if not mine or stored_model_attrs(location, name) is None:
+            continue  # absent, or unreadable (`sweep run` recreates it)
         back = wanted_back(config, name, root[name], mine)
         if back:
             was = AttentionPolicy.parse(root[name].attrs.get("attention", "drop"))

@@ -21,10 +21,21 @@ import sys
 from collections.abc import Iterable
 
 import numpy as np
+import zarr
 
 from storage import markers
-from storage.integrity import FULL, MARKERS, STAT, check_chunks, data_listing, parse_marker
-from storage.store import open_root
+from storage.integrity import (
+    FULL,
+    MARKERS,
+    STAT,
+    check_chunks,
+    data_listing,
+    expected_arrays,
+    metadata_damage,
+    parse_marker,
+)
+from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULTS_GROUP
+from storage.store import group_attrs, location_of, open_root, recreate_array, recreate_group
 from sweep.config.schema import SweepConfig
 from sweep.driver.plan import ExtractTask, SweepPlan, Task
 from workers.inputs import Dataset, open_dataset
@@ -130,3 +141,43 @@ def damaged_tasks(plan: SweepPlan, *, verify: bool = False,
         elif check.rehashed:
             markers.mark_done(location, task.scope, task.marker, vouched | check.rehashed)
     return out
+
+
+def repair_metadata(root: zarr.Group, plan: SweepPlan,
+                    input_ids: dict[str, tuple[str, ...]]) -> None:
+    """Recreate, from the layout and the plan, every metadata document of the planned groups
+    that `storage.integrity.metadata_damage` finds damaged, and delete what it held so that
+    the tasks whose markers vouch for it rerun (`damaged_tasks`: their chunks are gone): an
+    array's document (its data type, shape or chunk shape edited, or unreadable) -> that array
+    afresh; a results group's -> every result array; a group's own (its attributes,
+    fingerprint included, are gone) -> the whole group, which `ensure_*` then creates as a new
+    one. Run under the lock, after the fingerprints are checked (`input_ids`: each planned
+    model's, for its `input_id` array); one stderr line per repair."""
+    location = location_of(root)
+    models = {model.name: model for model in plan.models}
+    for damage in metadata_damage(location, models):
+        if damage.whole_group:
+            location.delete_prefix(f"{damage.group}/")
+            print(f"sweep: {damage.key}: {damage.reason}; the group is recreated and what it "
+                  f"held recomputed", file=sys.stderr)
+            continue
+        kind = BASELINE_GROUP if damage.group == BASELINE_GROUP else NULLS_GROUP \
+            if damage.group.endswith(f"/{NULLS_GROUP}") else "model"
+        attrs = group_attrs(location, damage.group) or {}
+        group = root[damage.group]
+        inside = damage.key.removesuffix("/zarr.json")[len(damage.group) + 1:]
+        arrays = expected_arrays(kind, attrs)
+        if inside == RESULTS_GROUP:
+            recreate_group(group, RESULTS_GROUP)
+            names = [name for name in arrays if name.startswith(f"{RESULTS_GROUP}/")]
+        else:
+            names = [inside]
+        values = {"input_id": input_ids.get(damage.scope), "n": attrs.get("sizes"),
+                  "null": attrs.get("nulls", ["uniform"]),
+                  "head": models[damage.scope].heads if damage.scope in models else None}
+        for name in names:
+            value = values.get(name)  # a coordinate array's values; None for data
+            recreate_array(group, name, arrays[name], None if value is None else
+                           np.asarray(value, dtype=np.int64 if name == "n" else str))
+        print(f"sweep: {damage.key}: {damage.reason}; recreated, and the shards it held "
+              f"recomputed", file=sys.stderr)

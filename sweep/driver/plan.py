@@ -26,6 +26,7 @@ from sweep.config.schema import SweepConfig
 from workers.exact.equality import row_sum_tolerance
 from workers.inputs import DatasetSpec
 from workers.models.registry import ModelSpec, resolve_model
+from workers.models.tiny_text import fingerprint_entry
 from workers.models.token_layout import needs_preparation
 from workers.nulls.baseline import BlockSpan, chunk_span
 from workers.nulls.registry import resolve_nulls
@@ -107,11 +108,14 @@ def config_inputs(spec: ModelSpec, dataset: DatasetSpec, shard_size: int,
                   rollout_device: str = "test") -> dict[str, Any]:
     """The part of a model's fingerprint inputs that the config alone decides: the one owner of
     these keys, for the plan and for the refusals decided before the lock. The batch size and
-    the device kind change a model's attention in its last float bits (padding, kernels)."""
+    the device kind change a model's attention in its last float bits (padding, kernels); a tiny
+    text model's tokenizer is the digest of its shipped vocabulary
+    (`workers.models.tiny_text.fingerprint_entry`)."""
     optional = {"rollout": rollout, "batch_size": batch_size, "device": device_kind(device),
                 "rollout_device": rollout_device}
     return {
         "model": spec.to_dict(),
+        **fingerprint_entry(spec.pretrained, spec.modality, spec.source),
         "dataset": dataset.to_dict(),
         "shard_size": shard_size,
         "token_sets": list(token_sets),

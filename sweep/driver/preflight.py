@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from typing import Any
 
 import zarr
@@ -21,7 +22,7 @@ from storage.errors import InputError, StoreDamagedError
 from storage.fingerprint import describe_changes, fingerprint
 from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
-from storage.store import StoreMismatchError
+from storage.store import StoreMismatchError, group_attrs, unfinished_creation
 from sweep.clusters.client import ClusterConfig, check_store_fits_cluster
 from sweep.config.schema import SweepConfig
 from sweep.driver.devices import check_devices
@@ -34,11 +35,11 @@ from workers.models.registry import check_hub_reachable, hub_source, resolve_mod
 PIXEL_CHECK_ENV = "DOBRUSHIN_PIXEL_CHECK_MIB"
 PIXEL_CHECK_MIB = 64.0  # image folders up to this size are decoded before the lock (~2 s)
 # fingerprint inputs of a model group that the config alone decides (no model load, no input read)
-CONFIG_KEYS = ("model", "dataset", "shard_size", "token_sets", "tol", "dtype", "rollout",
-               "batch_size", "device", "rollout_device")
+CONFIG_KEYS = ("model", "tokenizer", "dataset", "shard_size", "token_sets", "tol", "dtype",
+               "rollout", "batch_size", "device", "rollout_device")
 """The keys of a model's fingerprint inputs that the config alone decides
 (`sweep.driver.plan.config_inputs`; rollout, batch_size, device and rollout_device only when
-not the default)."""
+not the default; tokenizer for tiny text models only)."""
 
 
 def check_cluster(config: SweepConfig, cluster: ClusterConfig | None) -> None:
@@ -51,11 +52,13 @@ def check_cluster(config: SweepConfig, cluster: ClusterConfig | None) -> None:
         check_devices(config)
 
 
-def check_store_path(store: StoreLike) -> bool:
+def check_store_path(store: StoreLike, names: Sequence[str] = ()) -> bool:
     """Whether `store` already is a sweep store; InputError if it is a file, a folder (or
     prefix) holding anything else, or a Zarr store of another kind; StoreDamagedError if its
     root metadata is unreadable; StoreUnreachable (exit 3) or InputError (a missing bucket) if
-    an object store cannot be reached. A missing or empty folder or prefix is fine (False)."""
+    an object store cannot be reached. A missing or empty folder or prefix is fine (False), and
+    so is what an interrupted creation of a store of models `names` left
+    (`storage.store.unfinished_creation`: `sweep run` creates it again)."""
     location = locate(store)
     path = location.local_path()
     if path is not None and path.exists() and not path.is_dir():
@@ -65,10 +68,13 @@ def check_store_path(store: StoreLike) -> bool:
     meta = location.read("zarr.json")
     if meta is None:
         if any(not key.startswith(f"{BOOKKEEPING_DIR}/") for key in
-               (location.listing() if location.any_key("") else {})):
+               (location.listing() if location.any_key("") else {})) and \
+                not unfinished_creation(location, names):
             raise InputError(f"store {store}: a folder that is not a sweep store; set store: to "
                              f"a new or empty folder, or to an existing sweep store")
         return False
+    if path is not None:
+        location.listing()  # a link inside the store: StoreDamagedError before the lock
     try:
         attrs = json.loads(meta.decode("utf-8")).get("attributes", {})
     except (UnicodeDecodeError, json.JSONDecodeError, AttributeError) as error:
@@ -142,15 +148,14 @@ def _baseline_inputs(config: SweepConfig) -> dict[str, Any] | None:
 
 def _finished_groups(store: StoreLike, names: list[str]) -> dict[str, dict[str, Any]]:
     """Fingerprint inputs of the finished groups among `names` and the store's recorded models
-    (looked up by name: listing the root would warn about `.sweep`)."""
+    (looked up by name: listing the root would warn about `.sweep`); a group whose metadata
+    cannot be read is left out (`sweep.driver.freshness.repair_metadata` recreates it)."""
     root = zarr.open_group(locate(store).zarr_store(read_only=True), mode="r", zarr_format=3,
                            use_consolidated=False)
     out = {}
     for name in dict.fromkeys([*names, *root.attrs.get("models", []), BASELINE_GROUP]):
-        if name not in root:
-            continue
-        attrs = root[name].attrs
-        if "fingerprint" in attrs:
+        attrs = group_attrs(store, name)  # None: absent, or unreadable (`sweep run` repairs it)
+        if attrs is not None and "fingerprint" in attrs:
             out[name] = {"fingerprint": attrs["fingerprint"],
                          "inputs": dict(attrs.get("fingerprint_inputs", {}))}
     return out
@@ -175,7 +180,7 @@ def check_before_lock(config: SweepConfig, *, read_images: bool = True) -> None:
     check_models(config)
     if read_images:
         check_inputs(config)
-    if not check_store_path(config.store_ref):
+    if not check_store_path(config.store_ref, list(config.models)):
         return
     groups = _finished_groups(config.store_ref, list(config.models))
     problems = []

@@ -19,7 +19,7 @@ from tqdm import tqdm
 
 from storage import markers
 from storage.device_pin import forget_device
-from storage.layout import NULLS_GROUP
+from storage.layout import NULLS_GROUP, PREPARE_STAGE
 from storage.lock import StoreBusyError, StoreLock
 from storage.store import (
     consolidate,
@@ -38,6 +38,7 @@ from sweep.driver.freshness import (
     damaged_tasks,
     measured_datasets,
     plan_digests,
+    repair_metadata,
     stale_extractions,
     with_digests,
 )
@@ -154,7 +155,9 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
     say(f"sweep: planning {len(config.models)} models into {config.store}", progress)
     plan, facts, datasets = sized_plan(config, progress=progress)
     plan = with_digests(plan, plan_digests(config, datasets))
-    root = create_root(config.store_ref)  # writes nothing to a store that exists
+    root = create_root(config.store_ref, list(config.models))  # writes nothing to a store
+    # that exists
+    repair_metadata(root, plan, {name: f.input_ids for name, f in facts.items()})
     weights = {}
     for model in plan.models:  # local weights overwritten in place: refused before any write
         group = root[model.name] if model.name in root else None
@@ -174,6 +177,7 @@ def materialise(config: SweepConfig, *, progress: bool = False) -> SweepPlan:
             device_rollout=model.rollout_device == "extraction",
         ):
             forget_device(config.store_ref, model.name)  # a pin left by a deleted group
+            markers.clear(config.store_ref, model.name, PREPARE_STAGE)  # its training record
         if weights[model.name] and root[model.name].attrs.get(WEIGHTS_ATTR) != weights[model.name]:
             root[model.name].attrs[WEIGHTS_ATTR] = weights[model.name]
         if root[model.name].attrs.get("attention") != model.attention.to_json():

@@ -13,6 +13,7 @@ only models whose token counts depend on the input are checked. A store from bef
 
 from __future__ import annotations
 
+from storage.integrity import metadata_damage
 from storage.store import open_root, stored_model_attrs
 from sweep.config.schema import SweepConfig
 from sweep.driver.freshness import measured_datasets, plan_digests
@@ -39,6 +40,8 @@ def check_tokens_fit(config: SweepConfig) -> None:
         attrs = stored_model_attrs(config.store_ref, name)
         if attrs is not None:
             sized[name] = attrs["t_max"]
+    for damage in metadata_damage(config.store_ref, sized):  # `sweep run` recreates them
+        sized.pop(damage.scope, None)
     if not sized:
         return
     root = open_root(config.store_ref)

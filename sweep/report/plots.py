@@ -4,7 +4,9 @@ Each figure carries the comparison the report is about: per model and token set 
 multiples), the model beside its random-init control and, for depth, the band of its
 size-matched nulls; never several models overlaid in one panel.
 
-Figures are built with `matplotlib.figure.Figure` (Agg canvas, no pyplot state), one file each.
+Figures are built with `matplotlib.figure.Figure` (Agg canvas, no pyplot state), one file each,
+and drawn with mathtext off (`PLAIN_TEXT`): a name holding `$` (a model of someone else's store)
+is text, never a formula that fails to parse.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib
 import numpy as np
 import xarray as xr
 from matplotlib.figure import Figure
@@ -21,10 +24,12 @@ from storage.query.results import model_names, ok
 from sweep.config.controls import control_pairs
 from sweep.report.tables import Report
 from workers.exact.token_kinds import TOKEN_SETS, reading_label
+from workers.models.registry import TRAINED_FAMILIES
 
 MARGIN_FLOOR = 1e-17  # margins at or below this (exact zeros included) share the leftmost bin
 TOKEN_SET_LABELS = {name: reading_label(name) for name in TOKEN_SETS}  # names the reading
 NULL_COLOURS = ("tab:gray", "tab:green", "tab:purple", "tab:brown", "tab:pink")
+PLAIN_TEXT = {"text.parse_math": False}  # every label as written: `$` is no formula (item 9)
 
 
 CAPTIONS = {
@@ -42,19 +47,21 @@ CAPTIONS = {
 
 def weights_label(tree: xr.DataTree, name: str) -> str:
     """What a model's weights are, for a figure's legend: `pretrained model`, `trained model`
-    (trained by the project: FT-Transformers), `random weights` (a preset built without
-    weights, such as the tiny encoders) or `random-init control`; from the spec its group
+    (trained by the project: FT-Transformers, the digits ViT), `random weights` (a preset
+    built without weights, such as the tiny encoders) or `random-init control`; from the spec
+    its group
     records (`fingerprint_inputs`); `model` when it records none."""
     spec = dict(dict(tree[name].attrs.get("fingerprint_inputs", {})).get("model", {}))
     if not spec:
         return "model"
     if spec.get("random_init"):
         return "random-init control"
-    if spec.get("family") == "ft-transformer":  # workers.models.token_layout.needs_preparation
+    if spec.get("family") in TRAINED_FAMILIES:  # FT-Transformers, the digits ViT
         return "trained model"
     return "pretrained model" if spec.get("pretrained", True) else "random weights (untrained)"
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
     """The figures by file name: depth.png, margins.png, baseline.png when the store has a
     baseline, training.png when a model was swept over its checkpoints (captions in
@@ -70,6 +77,7 @@ def report_figures(tree: xr.DataTree, report: Report) -> dict[str, Figure]:
     return figures
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def write_plots(tree: xr.DataTree, report: Report, out_dir: Path) -> list[Path]:
     """Write depth.png, baseline.png (when the store has a baseline) and margins.png."""
     out_dir = Path(out_dir)
@@ -119,6 +127,7 @@ def _rate_line(ax, rows, colour: str, label: str, style: str = "-") -> None:
     ax.fill_between(x, low, high, color=colour, alpha=0.18, linewidth=0)
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def depth_figure(report: Report, labels: dict[str, str] | None = None) -> Figure:
     """One panel per model and token set: the model's holding rate against relative depth, its
     random-init control's in the same panel, and the band of each of its size-matched nulls
@@ -174,6 +183,7 @@ def depth_figure(report: Report, labels: dict[str, str] | None = None) -> Figure
     return figure
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def baseline_figure(report: Report) -> Figure:
     """Baseline holding rate against n (95% Wilson), with the models' median n marked."""
     figure = Figure(figsize=(7.5, 4.5), layout="constrained")
@@ -216,6 +226,7 @@ def baseline_figure(report: Report) -> Figure:
     return figure
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def margin_figure(tree: xr.DataTree, tol: float | None = None) -> Figure:
     """One panel per model and token set: the ECDF of log10 margins (bound - κ(M)) of the model
     and of its random-init control; at the tolerance line it reads the share tight."""
@@ -266,6 +277,7 @@ def _log_margins(tree: xr.DataTree, name: str | None, token_set: str) -> np.ndar
     return np.log10(np.clip(margin, MARGIN_FLOOR, 1.0))
 
 
+@matplotlib.rc_context(PLAIN_TEXT)
 def trajectory_figure(report: Report) -> Figure:
     """Rate against checkpoint (evenly spaced, in order), one panel per model and reading: the
     mean with its interval, each seed's rate, the control's band (orange) and the nulls' (grey)."""

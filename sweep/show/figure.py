@@ -1,8 +1,10 @@
 """The heat map of one layer of one input (`sweep show --png`): the tested head's attention, the
-special tokens labelled on the axes and the pair attaining κ outlined (its two rows)."""
+special tokens labelled on the axes and the pair attaining κ outlined (its two rows). Mathtext
+is off: a token, an id or a file name holding `$` is drawn as written, never parsed."""
 
 from __future__ import annotations
 
+import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
@@ -13,6 +15,7 @@ from workers.exact.token_kinds import TokenKind, reading_label
 MAX_TICKS = 40  # label every token up to this many; beyond, only the special tokens
 
 
+@matplotlib.rc_context({"text.parse_math": False})  # `$` in a token or name is text (item 9)
 def heatmap_figure(view: InputView, position: int, labels: list[str] | None = None,
                    picture: np.ndarray | None = None, patch: int | None = None) -> Figure:
     """Layer `view.rows[position]`'s attention A (rows: queries, columns: keys) with the

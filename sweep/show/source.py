@@ -1,11 +1,17 @@
 """What an input of a sweep was, from the dataset its model group names (`dataset_spec` attr):
 the sentence (and, for a Hugging Face text model, its tokens from the tokenizer alone, no
 weights), the image's path, the table row. Where the dataset cannot be opened here (another
-machine's path, an offline hub), one line says so; nothing fails."""
+machine's path, an offline hub), one line says so; nothing fails.
+
+A store is data anyone can hand over, and its `dataset_spec` may name any file (issue 34, item
+11: `/etc/passwd` as a text dataset printed its lines): the store's own record is opened only
+for the built-in sources (TRUSTED_SOURCES, which read no file the store names); a file, a
+folder or a Hugging Face dataset is read only from where the user points (`sweep show
+--inputs`), with the recorded kind, limit and columns."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +22,7 @@ from workers.exact.token_kinds import TokenKind
 from workers.inputs.base import DatasetSpec, open_dataset
 
 SNIPPET = 160  # characters of a text input shown
+TRUSTED_SOURCES = ("sklearn:", "pydoc:")  # sources that name no file: opened from the store
 
 
 @dataclass(frozen=True)
@@ -29,15 +36,33 @@ class InputAbout:
     patch: int | None = None  # pixels per patch side of `picture`
 
 
-def describe_input(attrs: dict[str, Any], input_id: str, kinds: np.ndarray) -> InputAbout:
+def dataset_to_read(recorded: DatasetSpec, inputs: str | None) -> DatasetSpec | None:
+    """The dataset to open: the recorded one where it is a built-in source, else the user's
+    `inputs` (a path, or a source form with `:`) in its place; None when neither applies."""
+    if inputs is None:
+        trusted = recorded.path is None and str(recorded.source).startswith(TRUSTED_SOURCES)
+        return recorded if trusted else None
+    if ":" in inputs and not Path(inputs).exists():
+        return replace(recorded, path=None, source=inputs)
+    return replace(recorded, path=inputs, source=None)
+
+
+def describe_input(attrs: dict[str, Any], input_id: str, kinds: np.ndarray,
+                   inputs: str | None = None) -> InputAbout:
     """What input `input_id` of a model group (its `attrs`) was; `kinds`: its stored token kinds
-    (labels are given only where they match them: as many text tokens, a square patch grid)."""
+    (labels are given only where they match them: as many text tokens, a square patch grid);
+    `inputs`: where the user says the dataset is (`dataset_to_read`)."""
     n_tokens = int(kinds.size)
     spec_fields = attrs.get("dataset_spec")
     if not spec_fields:
         return InputAbout("(the store does not say which dataset this model read)")
     try:
-        spec = DatasetSpec(**spec_fields)
+        recorded = DatasetSpec(**spec_fields)
+        spec = dataset_to_read(recorded, inputs)
+        if spec is None:
+            named = recorded.path or recorded.source
+            return InputAbout(f"(dataset {named} not opened: a store may name any file; pass "
+                              f"--inputs with where this model's inputs are to show it)")
         dataset = open_dataset(spec)
         if input_id not in dataset.ids:
             return InputAbout(f"(dataset {spec.path or spec.source} no longer holds "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import io
+import json
 import shutil
 import subprocess
 import tarfile
@@ -150,14 +151,47 @@ def check_local_preprocessing(spec: ModelSpec) -> None:
     if spec.family != "hf" or not spec.pretrained or spec.modality not in PREPROCESSING_FILES:
         return
     folder = Path(model_folder(spec))
-    if not folder.is_dir() or any((folder / name).is_file()
-                                  for name in PREPROCESSING_FILES[spec.modality]):
+    if not folder.is_dir():
         return
     what, loader = PREPROCESSING_WHAT[spec.modality]
-    raise InputError(
-        f"model {spec.name!r}: {folder} holds no {what}; save it beside the weights "
-        f"({loader}.from_pretrained(<the checkpoint's id>).save_pretrained(folder))"
-    )
+    fix = (f"save it beside the weights ({loader}.from_pretrained(<the checkpoint's id>)"
+           f".save_pretrained(folder))")
+    if not any((folder / name).is_file() for name in PREPROCESSING_FILES[spec.modality]):
+        raise InputError(f"model {spec.name!r}: {folder} holds no {what}; {fix}")
+    if spec.modality == "text":
+        missing = missing_vocabulary(folder)
+        if missing:
+            raise InputError(
+                f"model {spec.name!r}: {folder} holds no {', '.join(missing)} (the "
+                f"tokenizer's vocabulary; without it every input would be special tokens "
+                f"only); {fix.replace('save it', 'save the tokenizer')}"
+            )
+
+
+def missing_vocabulary(folder: Path) -> list[str]:
+    """The vocabulary files the tokenizer of `folder` lacks ([] when it has them): none if it
+    holds `tokenizer.json` (the vocabulary inside); else the files its `tokenizer_class`
+    (tokenizer_config.json) reads (`vocab_files_names`: `vocab.txt` for BERT, `vocab.json` and
+    `merges.txt` for RoBERTa...), or, for a class transformers does not name, any one of
+    PREPROCESSING_FILES' vocabularies. transformers builds a tokenizer of special tokens only
+    from a `tokenizer_config.json` alone (issue 34, item 5)."""
+    if (folder / "tokenizer.json").is_file():
+        return []
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    try:
+        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+        name = settings.get("tokenizer_class") if isinstance(settings, dict) else None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        name = None
+    found = tokenizer_class_from_name(name) if isinstance(name, str) else None
+    needed = [file for key, file in (getattr(found, "vocab_files_names", None) or {}).items()
+              if key != "tokenizer_file" and isinstance(file, str)]
+    if needed:
+        return [file for file in needed if not (folder / file).is_file()]
+    vocabularies = [f for f in PREPROCESSING_FILES["text"] if f not in
+                    ("tokenizer.json", "tokenizer_config.json")]
+    return [] if any((folder / f).is_file() for f in vocabularies) else vocabularies
 
 
 def _preprocessing_error(spec: ModelSpec, what: str, error: Exception) -> InputError:
@@ -296,6 +330,13 @@ class HFExtractor(Extractor):
                                                               **hub_revision(self.spec))
             except (OSError, ValueError) as error:
                 raise _preprocessing_error(self.spec, "tokenizer", error) from error
+            if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+                raise InputError(
+                    f"model {self.spec.name!r}: the tokenizer of {self.spec.source!r} has no "
+                    f"vocabulary (its {len(tokenizer)} tokens are all special tokens: every "
+                    f"input would be those alone); give it its vocabulary file (tokenizer.json, "
+                    f"vocab.txt, vocab.json and merges.txt...)"
+                )
         tokenizer.padding_side = "right"
         self.max_length = min(int(tokenizer.model_max_length), max_positions)
         return tokenizer

@@ -10,12 +10,13 @@ import warnings
 from pathlib import Path
 
 from storage.errors import InputError, StoreDamagedError
-from storage.integrity import SIZE, damage_message, scan_store
+from storage.integrity import SIZE, check_metadata, damage_message, scan_store
 from storage.location import StoreLike, locate
 from storage.store import open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import check_writable_folder
 from sweep.cli.report_cache import ReportCache, entry_key
+from sweep.terminal.printable import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,13 +67,16 @@ DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
 
 
 def check_readable(store: StoreLike) -> None:
-    """StoreDamagedError if the store is half-created or a done task's chunks are missing or
-    resized (one listing; `sweep status --verify` also re-hashes them)."""
+    """StoreDamagedError if the store is half-created, a metadata document is not what the
+    layout says, or a done task's chunks are missing or resized (one listing; `sweep status
+    --verify` also re-hashes them)."""
     if locate(store).read("zarr.json") is None:
         return  # not a store at all: `open_results` says so
-    if "config" not in open_root(store).attrs:
+    root = open_root(store)
+    if "config" not in root.attrs:
         raise StoreDamagedError(f"store {store}: half-created (its creation was interrupted); "
                                 f"rerun `sweep run` with its config to finish it")
+    check_metadata(store, root.attrs.get("models", []))
     damaged = scan_store(store, depth=SIZE)
     if damaged:
         raise StoreDamagedError(damage_message(store, damaged))
@@ -108,24 +112,25 @@ def run(args: argparse.Namespace) -> int:
         text = b"" if name is None else cache.read(name)
         page = None if args.html is None else cache.read("html")
         if text is not None and (args.html is None or page is not None):
-            return write_outputs(text.decode(), args.html, page, [])
+            return write_outputs(text.decode(), fmt, args.html, page, [])
     text, page, written = render(store, args, fmt, cache)
     if cache is not None and entry_key(location, options) == key:  # unchanged meanwhile
         if name is not None:
             cache.write(name, text.encode())
         if page is not None:
             cache.write("html", page)
-    return write_outputs(text, args.html, page, written)
+    return write_outputs(text, fmt, args.html, page, written)
 
 
-def write_outputs(text: str, html: Path | None, page: bytes | None,
+def write_outputs(text: str, fmt: str | None, html: Path | None, page: bytes | None,
                   written: list[Path]) -> int:
-    """Write the HTML page (if any), the text on stdout, and name the files written."""
+    """Write the HTML page (if any), the text on stdout (control characters from the store
+    escaped but in JSON, which escapes its own), and name the files written."""
     if html is not None and page is not None:
         html.parent.mkdir(parents=True, exist_ok=True)  # as --plots does
         html.write_bytes(page)
         written = [*written, html]
-    sys.stdout.write(text)
+    sys.stdout.write(text if fmt == "json" else printable(text))  # names from the store
     for path in written:
         print(f"wrote {path}", file=sys.stderr)
     return 0

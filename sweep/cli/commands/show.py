@@ -9,11 +9,13 @@ import warnings
 from pathlib import Path
 
 from storage.errors import InputError
-from storage.store import open_model
+from storage.integrity import check_metadata
+from storage.store import open_model, open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import check_writable_folder
 from sweep.show.source import describe_input
 from sweep.show.view import read_input, render_table
+from sweep.terminal.printable import printable
 from workers.exact.token_kinds import TOKEN_SETS
 
 
@@ -35,6 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the reading whose verdict is shown (default: all)")
     parser.add_argument("--head", help="the head of a model that kept each head (default: "
                         "the first; `mean` for a head-averaged model)")
+    parser.add_argument("--inputs", metavar="PATH",
+                        help="where this model's inputs are (the file, folder or source its "
+                        "config named), to show what the input was; a store's recorded path "
+                        "is never opened on its own (a store may name any file)")
     parser.add_argument("--png", type=Path, metavar="FILE",
                         help="also draw a heat map of one layer (the first of --layer, else the "
                         "first layer where the bound is not tight, else the last)")
@@ -48,14 +54,17 @@ def run(args: argparse.Namespace) -> int:
         if args.png.is_dir():
             raise InputError(f"--png {args.png}: is a folder; give a file path such as pair.png")
         check_writable_folder(args.png.parent, "--png")
+    if args.model in open_root(store).attrs.get("models", []):
+        check_metadata(store, [args.model])  # one line, exit 4, never zarr's traceback
     with warnings.catch_warnings():  # zarr on the store's own bookkeeping folder `.sweep`
         warnings.filterwarnings("ignore", message=".*not recognized as a component")
         layers = sorted(set(args.layer)) if args.layer else None
         view = read_input(store, args.model, args.input_id, layers=layers,
                           token_set=args.token_set, head=args.head)
         about = describe_input(dict(open_model(store, args.model).attrs), args.input_id,
-                               view.token_kind)
-    sys.stdout.write(render_table(view, about.line, about.labels))
+                               view.token_kind, args.inputs)
+    # ids, tokens and the input's text come from a store and a dataset: controls escaped
+    sys.stdout.write(printable(render_table(view, about.line, about.labels)))
     if args.png is not None:
         from sweep.show.figure import heatmap_figure
 

@@ -8,17 +8,18 @@ from dataclasses import asdict
 
 from storage.attention import EXTRACT_STAGE
 from storage.integrity import variable_of
-from storage.query.status import attention_held, store_status
+from storage.query.status import AttentionHeld, StageStatus, attention_held, store_status
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.terminal.faults import EXIT_DAMAGED
+from sweep.terminal.printable import printable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "status",
         description="Show what a sweep store holds. Exit code 0 when everything is done, "
-        "1 when tasks are pending or failed, 4 when done chunks are damaged or a model's group "
-        "is missing (`sweep run` recomputes them).",
+        "1 when tasks are pending or failed, 4 when done chunks or metadata are damaged or a "
+        "model's group is missing (`sweep run` recomputes them).",
     )
     add_store_argument(parser)
     parser.add_argument("--format", choices=("text", "json"), default="text")
@@ -30,31 +31,38 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def status(args: argparse.Namespace) -> int:
     stages = store_status(store_ref(args), verify=args.verify)
-    if args.format == "json":
+    if args.format == "json":  # json.dumps escapes control characters itself
         held = {h.model: {"attention_held": h.held, "attention_policy": h.policy}
                 for h in attention_held(store_ref(args))}
         print(json.dumps([asdict(s) | {"total": s.total}
                           | (held.get(s.scope, {}) if s.stage == EXTRACT_STAGE else {})
                           for s in stages], indent=1))
-    else:
-        print(f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}")
-        for s in stages:
-            print(f"{s.scope:<24} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
-                  f"{s.total:>6}")
-        for s in stages:
-            for name, error in sorted(s.failed.items()):
-                last = error.strip().splitlines()[-1] if error.strip() else "(no error recorded)"
-                print(f"failed {s.scope} {name}: {last}")
-        for s in stages:
-            for name, files in sorted(s.damaged.items()):
-                variables = sorted({variable_of(f) for f in files})
-                print(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
-                      f"to recompute")
-            if s.missing:
-                print(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
-                      f"to recompute it")
-        for held in attention_held(store_ref(args)):
-            print(held.line())
-    if any(s.damaged or s.missing for s in stages):
+    else:  # names and errors come from the store: printed with their controls escaped
+        for line in text_lines(stages, attention_held(store_ref(args))):
+            print(printable(line))
+    if any(s.damaged or s.missing or s.metadata for s in stages):
         return EXIT_DAMAGED
     return 0 if all(s.done == s.total for s in stages) else 1
+
+
+def text_lines(stages: list[StageStatus], held: list[AttentionHeld]) -> list[str]:
+    """The table, then a line per failed task, damage, missing group and held attention."""
+    out = [f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}"]
+    out += [f"{s.scope:<24} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
+            f"{s.total:>6}" for s in stages]
+    for s in stages:
+        for name, error in sorted(s.failed.items()):
+            last = error.strip().splitlines()[-1] if error.strip() else "(no error recorded)"
+            out.append(f"failed {s.scope} {name}: {last}")
+    for s in stages:
+        for name, files in sorted(s.damaged.items()):
+            variables = sorted({variable_of(f) for f in files})
+            out.append(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
+                       f"to recompute")
+        for key, reason in sorted(s.metadata.items()):
+            out.append(f"damaged {s.scope} metadata {key}: {reason}; rerun `sweep run` to "
+                       f"recreate it and recompute what it held")
+        if s.missing:
+            out.append(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
+                       f"to recompute it")
+    return out + [h.line() for h in held]
