@@ -31,10 +31,11 @@ from workers.exact.token_kinds import TokenKind
 from workers.inputs import Dataset, Table
 from workers.models.determinism import TORCH_THREADS
 from workers.models.extraction import Batch, Extractor, Sink
+from workers.models.ft_data import model_rows  # the FT models' test rows
 from workers.models.registry import ModelSpec
 from workers.models.timm_ import prefix_kinds
 from workers.models.token_layout import TokenLayout
-from workers.models.trained_vit.data import init_model, model_rows, n_classes, to_model
+from workers.models.trained_vit.data import init_model, n_classes, to_model
 from workers.models.trained_vit.options import n_tokens, training_options
 
 State = dict[str, torch.Tensor]

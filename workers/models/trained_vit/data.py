@@ -16,7 +16,6 @@ from timm.models.vision_transformer import VisionTransformer
 from storage.errors import InputError
 from workers.inputs import Table
 from workers.inputs.images import digit_pixels
-from workers.models.ft_data import split_indices
 from workers.models.trained_vit.options import IMAGE_SIDE
 
 
@@ -37,19 +36,6 @@ def table_images(table: Table) -> torch.Tensor:
 def n_classes(table: Table) -> int:
     """The classes of the labels (every row's)."""
     return int(table.target.max()) + 1
-
-
-def table_split(options: dict[str, Any], seed: int, table: Table) -> dict[str, np.ndarray]:
-    """The seeded train/val/test split of every row (`ft_data.split_indices`), each ascending."""
-    return split_indices(len(table.target), seed, options["val_fraction"],
-                         options["test_fraction"])
-
-
-def model_rows(options: dict[str, Any], seed: int, table: Table) -> np.ndarray:
-    """The rows attention is measured on, ascending: the test rows, or all (`split`)."""
-    if options["split"] == "all":
-        return np.arange(len(table.target))
-    return table_split(options, seed, table)["test"]
 
 
 def architecture(options: dict[str, Any], classes: int) -> dict[str, Any]:
