@@ -219,7 +219,7 @@ def _to_legacy(store: Path, keep_shards: int | None = None) -> None:
     layer, token_set) holding the same values. With `keep_shards`, the shards from there on lose
     their data and markers (as if the run stopped there), and the kept shards' markers vouch for
     their chunks in the old layout."""
-    root = zarr.open_group(str(store), mode="r+")
+    root = zarr.open_group(str(store), mode="r+", use_consolidated=False)  # as sweep writes
     for name in root.attrs["models"]:
         group = root[name]
         size, n = group.attrs["shard_size"], group.attrs["n_inputs"]

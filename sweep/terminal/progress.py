@@ -24,7 +24,7 @@ class Progress(Protocol):
 
     def update(self, n: int = 1, *, failed: int = 0) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, final: bool = True) -> None: ...
 
 
 def duration(seconds: float) -> str:
@@ -90,14 +90,17 @@ class LineProgress:
             self.failed += failed
         self.tick()
 
-    def close(self) -> None:
+    def close(self, final: bool = True) -> None:
+        """Stop the heartbeat; write the last line unless the run failed (`final` False: its
+        error is the last line)."""
         if self._stop.is_set():
             return
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        with self._lock:
-            self._write()
+        if final:
+            with self._lock:
+                self._write()
 
 
 class BarProgress:
@@ -113,7 +116,7 @@ class BarProgress:
             self.bar.set_postfix(failed=self.failed, refresh=False)
         self.bar.update(n)
 
-    def close(self) -> None:
+    def close(self, final: bool = True) -> None:
         self.bar.close()
 
 
@@ -123,7 +126,7 @@ class NoProgress:
     def update(self, n: int = 1, *, failed: int = 0) -> None:
         pass
 
-    def close(self) -> None:
+    def close(self, final: bool = True) -> None:
         pass
 
 

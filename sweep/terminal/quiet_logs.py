@@ -49,24 +49,34 @@ def restored_log_levels() -> Iterator[None]:
 
 
 class DropComputeFailed(logging.Filter):
-    """Drops distributed's "Compute Failed" record (the task, its exception and traceback)."""
+    """Drops distributed's "Compute Failed" record (the task, its exception and traceback) and
+    its note that a task the driver cancelled (Ctrl-C, a closing run) "ended with
+    CancelledError": neither is a fault of the worker's."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not str(record.msg).startswith("Compute Failed")
+        message = str(record.msg)
+        return not (message.startswith("Compute Failed")
+                    or message.endswith("ended with CancelledError"))
+
+
+WORKER_LOGGERS = ("distributed.worker", "distributed.worker.state_machine")
+"""Where those records are logged (a filter applies to its own logger's records only)."""
 
 
 def drop_compute_failed() -> None:
-    """Install `DropComputeFailed` on the worker logger of this process, once."""
-    logger = logging.getLogger("distributed.worker")
-    if not any(isinstance(f, DropComputeFailed) for f in logger.filters):
-        logger.addFilter(DropComputeFailed())
+    """Install `DropComputeFailed` on the worker loggers of this process, once."""
+    for name in WORKER_LOGGERS:
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, DropComputeFailed) for f in logger.filters):
+            logger.addFilter(DropComputeFailed())
 
 
 def keep_compute_failed() -> None:
-    """Take `DropComputeFailed` off the worker logger of this process again."""
-    logger = logging.getLogger("distributed.worker")
-    for found in [f for f in logger.filters if isinstance(f, DropComputeFailed)]:
-        logger.removeFilter(found)
+    """Take `DropComputeFailed` off the worker loggers of this process again."""
+    for name in WORKER_LOGGERS:
+        logger = logging.getLogger(name)
+        for found in [f for f in logger.filters if isinstance(f, DropComputeFailed)]:
+            logger.removeFilter(found)
 
 
 class QuietTaskFailures(WorkerPlugin):

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tqdm import tqdm
-
 from storage.errors import InputError
+from sweep.terminal.progress import progress
 from workers.nulls.baseline import run_baseline
 from workers.nulls.registry import NULLS, parse_nulls
 
@@ -86,22 +86,26 @@ def interrupt_between_draws() -> Iterator[threading.Event]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the baseline in-process; a progress bar on a terminal's stderr from the first half
-    second (none off a terminal: no carriage returns in a log); Ctrl-C
-    stops it after the current draw (KeyboardInterrupt: `sweep.cli` exits 130)."""
+    """Run the baseline in-process; progress on stderr (`sweep.terminal.progress`: a bar on a
+    terminal, a plain line every 30 s off one); Ctrl-C stops it after the current draw
+    (KeyboardInterrupt: `sweep.cli` exits 130)."""
     sizes = parse_sizes(args.sizes)
     nulls = parse_nulls(args.null or ["uniform"])
-    total = args.trials * len(sizes) * len(nulls) if args.trials > 0 else None
-    with tqdm(total=total, unit="trial", delay=0.5, desc="baseline",
-              disable=None) as bar, \
-            interrupt_between_draws() as interrupted:
+    total = args.trials * len(sizes) * len(nulls) if args.trials > 0 else 0
+    reporter = progress(total, "baseline", "trial")
+    try:
+        with interrupt_between_draws() as interrupted:
 
-        def step(done: int) -> None:
-            bar.update(done)
-            if interrupted.is_set():
-                raise KeyboardInterrupt
+            def step(done: int) -> None:
+                reporter.update(done)
+                if interrupted.is_set():
+                    raise KeyboardInterrupt
 
-        records = run_baseline(sizes, args.trials, args.seed, progress=step, nulls=nulls)
+            records = run_baseline(sizes, args.trials, args.seed, progress=step, nulls=nulls)
+    except BaseException:
+        reporter.close(final=False)  # the error (or Ctrl-C's line) is the last line
+        raise
+    reporter.close()
     if args.format == "json":
         for record in records:
             print(json.dumps(record))
@@ -114,8 +118,8 @@ def run(args: argparse.Namespace) -> int:
             )
     disagreements = sum(r["disagreements"] for r in records)
     if disagreements:
-        tqdm.write(
+        print(
             f"sweep baseline: warning: {disagreements} matrices where the definition and the "
-            "characterisation disagree"
+            "characterisation disagree", file=sys.stderr
         )
     return 0
