@@ -41,6 +41,18 @@ models:
   vit-b16: {source: tiny-vit, dataset: photos}
 baseline: {sizes: [2, 4], trials: 1000, seed: 0, chunk_trials: 1000}
 """
+TRAINING = """store: runs/vit-digits.zarr
+shard_size: 4
+baseline: null
+retries: 0
+cache_dir: cache
+datasets:
+  digits: {kind: image, source: 'sklearn:digits', limit: 4}
+models:
+  vit: {source: vit-digits, dataset: digits, seeds: [0], checkpoints: [0, 1, best],
+        control: random-init, options: {epochs: 2, depth: 2, embed_dim: 16, num_heads: 2}}
+"""
+"""docs/training.md's store: the digits ViT over its checkpoints, a tiny recipe."""
 
 
 def snippets() -> list[tuple[str, int, str]]:
@@ -56,12 +68,13 @@ def snippets() -> list[tuple[str, int, str]]:
 
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
-    """A folder holding `runs/default.zarr`: the default sweep's model names and token sets,
-    tiny random models, a few inputs each."""
+    """A folder holding `runs/default.zarr` (the default sweep's model names and token sets,
+    tiny random models, a few inputs each) and `runs/vit-digits.zarr` (`TRAINING`)."""
     folder = tmp_path_factory.mktemp("docs")
-    (folder / "sweep.yaml").write_text(CONFIG)
-    summary = run_sweep(load_config(folder / "sweep.yaml"), InProcessExecutor(), progress=False)
-    assert summary.exit_code == 0
+    for name, config in (("sweep.yaml", CONFIG), ("vit-digits.yaml", TRAINING)):
+        (folder / name).write_text(config)
+        summary = run_sweep(load_config(folder / name), InProcessExecutor(), progress=False)
+        assert summary.exit_code == 0
     return folder
 
 

