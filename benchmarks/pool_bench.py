@@ -1,9 +1,9 @@
-"""Test-stage throughput of a CPU pool of C = 1 and C = 2 cores, in one run: C threads of one
-worker process (the SLURM and Kubernetes CPU pools before issue 32: one worker of `cores`
-threads, thread variables = cores) against C single-threaded worker processes (the pools as
+"""Test-stage throughput of a CPU pool of C = 1 and C = 2 (or `--cores`) cores, in one run: C
+threads of one worker process (the SLURM and Kubernetes CPU pools before issue 32: one worker of
+`cores` threads, thread variables = cores) against C single-threaded worker processes (the pools as
 shipped: `sweep.clusters.shapes`), and each worker process's memory after its tasks.
 
-    PYTHONPATH=. python benchmarks/pool_bench.py [--t 197] [--shards 8] [--rounds 3]
+    PYTHONPATH=. python benchmarks/pool_bench.py [--t 197] [--shards 8] [--rounds 3] [--cores 2]
     PYTHONPATH=. python benchmarks/pool_bench.py --memory 197,577,1370
 
 `--memory`: instead, for each T, the peak resident set of a fresh single-threaded process that
@@ -41,11 +41,15 @@ from sweep.clusters.config import THREAD_VARIABLES, LocalPool
 from sweep.clusters.local import worker_specs
 from workers.task_specs import TestTask
 
-POOLS = {  # name: (worker processes, threads per process)
-    "C=1 (1 process x 1 thread)": (1, 1),
-    "C=2, before (1 process x 2 threads)": (1, 2),
-    "C=2, shipped (2 processes x 1 thread)": (2, 1),
-}
+
+def pools(cores: list[int]) -> dict[str, tuple[int, int]]:
+    """name: (worker processes, threads per process): C = 1, then for each C > 1 the pool before
+    issue 32 (one process of C threads) and the shipped one (C single-threaded processes)."""
+    shapes = {"C=1 (1 process x 1 thread)": (1, 1)}
+    for c in (c for c in cores if c > 1):
+        shapes[f"C={c}, before (1 process x {c} threads)"] = (1, c)
+        shapes[f"C={c}, shipped ({c} processes x 1 thread)"] = (c, 1)
+    return shapes
 
 
 def write_store(folder: Path, t: int, shards: int) -> list[TestTask]:
@@ -115,6 +119,7 @@ def main() -> None:
     parser.add_argument("--t", type=int, default=197, help="tokens per input")
     parser.add_argument("--shards", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds after the warm-up")
+    parser.add_argument("--cores", default="2", help="C values beside 1, e.g. 2,8,16")
     parser.add_argument("--memory", default=None, help="T values, e.g. 197,577,1370: peak RSS")
     args = parser.parse_args()
     if args.memory:
@@ -126,12 +131,13 @@ def main() -> None:
     from sweep.driver.graph import _run  # what a sweep submits: run_task, numba on the
     # worker's threads
 
+    shapes = pools([int(c) for c in args.cores.split(",")])
     with tempfile.TemporaryDirectory() as folder:
         tasks = write_store(Path(folder), args.t, args.shards)
         inputs = sum(task.stop - task.start for task in tasks)
-        clusters = {name: start_pool(*shape) for name, shape in POOLS.items()}
+        clusters = {name: start_pool(*shape) for name, shape in shapes.items()}
         clients = {name: Client(cluster) for name, cluster in clusters.items()}
-        best = dict.fromkeys(POOLS, 0.0)
+        best = dict.fromkeys(shapes, 0.0)
         idle = {name: max(client.run(rss_bytes, True).values())
                 for name, client in clients.items()}
         try:
@@ -153,9 +159,9 @@ def main() -> None:
     load = os.getloadavg()[0]
     print(f"T = {args.t}, 12 layers, {inputs} inputs per round, best of {args.rounds} rounds; "
           f"{os.cpu_count()} cores, load average {load:.1f} at the end")
-    one = best[next(iter(POOLS))]
-    for name in POOLS:
-        print(f"  {name:<40} {best[name]:7.1f} inputs/s  {best[name] / one:5.2f}x C=1  "
+    one = best[next(iter(shapes))]
+    for name in shapes:
+        print(f"  {name:<42} {best[name]:7.1f} inputs/s  {best[name] / one:5.2f}x C=1  "
               f"worker RSS {idle[name] / 2**20:4.0f} MiB imported, {rss[name] / 2**20:4.0f} "
               f"MiB after its tasks")
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,31 @@ def test_a_worker_process_runs_numba_on_its_own_threads_whatever_was_imported_fi
         inside, after = client.submit(numba_threads_seen, 1, resources={"CPU": 1}).result()
     assert inside == 1 and after >= 1
     assert numba_threads_seen(1) == (1, before)  # restored in the calling thread
+
+
+LATE_VARIABLE = """
+import os, sys, numba
+if sys.argv[1] == "started":
+    numba.get_num_threads()  # the pool starts at numba's import-time size
+os.environ["NUMBA_NUM_THREADS"] = "1" if numba.config.NUMBA_NUM_THREADS > 1 else "2"  # late
+from workers.tasks import numba_threads
+with numba_threads(1):
+    print(numba.njit(lambda x: x + 1)(1), numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
+"""
+
+
+@pytest.mark.parametrize("pool", ["started", "not-started"])
+def test_a_late_numba_num_threads_never_breaks_the_next_compilation(pool):
+    """A NUMBA_NUM_THREADS set after numba's import (a Nanny's variables, on a machine with no
+    numba cache) made numba's next compilation raise once its pool had started; the task's
+    numba_threads settles it: the started pool keeps its size, a pool not started yet adopts it."""
+    import numba
+
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_NUM_THREADS"}
+    done = subprocess.run([sys.executable, "-c", LATE_VARIABLE, pool], env=env, text=True,
+                          capture_output=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-1500:]
+    compiled, inside, size = done.stdout.split()
+    assert (compiled, inside) == ("2", "1")
+    default = numba.config.NUMBA_DEFAULT_NUM_THREADS
+    assert size == (str(default) if pool == "started" else "1" if default > 1 else "2")

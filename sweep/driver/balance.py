@@ -27,9 +27,9 @@ Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan
   (`fixed_seconds`), added to the larger stage.
 
 The constants (CONSTANTS) were measured as stated beside each; rerun the commands named there on
-the target hardware and replace them. The GPU constant is NOT measured on a GPU yet (none was
-available to this project): it is issue 10's estimate, to be replaced by what
-`benchmarks/gpu_check.sh` prints.
+the target hardware and replace them. The GPU constants come from `benchmarks/gpu_check.sh` on one
+H200; a constant not measured on the hardware it stands for is marked `estimate` and named
+wherever a figure rests on it.
 """
 
 from __future__ import annotations
@@ -98,12 +98,10 @@ CONSTANTS: dict[str, Constant] = {
         "DINOv2 518 1370 (1.02e-10), 0.8-4.4% of check; benchmarks/README.md, 2026-12-03",
     ),
     "GPU_ROLLOUT_S": Constant(
-        2e-13, "GPU-s per pair-element (T^3/2) of one float64 rollout product or of its kappa "
-        "on one CUDA GPU (`rollout_device: extraction`)",
-        "NOT measured: 4 float64 flops per pair-element (the product; torch.cdist's kappa about "
-        "as many) at 20 TFLOP/s, about half an H100/H200's float64 peak; replace with "
-        "benchmarks/gpu_check.sh's 'rollout on cuda at T=1370' ms / (12 x 2 x 1370^3 / 2)",
-        estimate=True,
+        2.0e-12, "GPU-s per pair-element (T^3/2) of one float64 rollout product or of its kappa "
+        "on one CUDA GPU (`rollout_device: extraction`; restriction and copy to the GPU included)",
+        "benchmarks/gpu_check.sh on one H200 (torch 2.11), 2026-12-04, two runs: 'rollout on "
+        "cuda at T=1370, 12 layers' 60.9 and 69.7 ms / (12 x 2 x 1370^3 / 2) = 2.0-2.3e-12",
     ),
     "CPU_LAYER_TOKEN_S": Constant(
         1.6e-3, "CPU-s per (layer x token) of extraction on CPU workers",
@@ -124,10 +122,11 @@ CONSTANTS: dict[str, Constant] = {
         "bound for a worker's second model",
     ),
     "GPU_LAYER_TOKEN_S": Constant(
-        4.2e-7, "GPU-s per (layer x token) of extraction on one CUDA GPU",
-        "NOT measured: issue 10's estimate (~1000 ViT-B/16 inputs/s per GPU = 1 ms / (12 x "
-        "197)); replace with benchmarks/gpu_check.sh's throughput",
-        estimate=True,
+        3.0e-6, "GPU-s per (layer x token) of extraction on one CUDA GPU",
+        "benchmarks/gpu_check.sh on one H200 (torch 2.11), 2026-12-04, two runs: a random-init "
+        "ViT-B/16 (timm) on 14 images in one batch, preprocessing included, 142 and 112 inputs/s "
+        "= 1 / (142 x 12 x 197) to 1 / (112 x 12 x 197) = 3.0-3.8e-6; larger batches may be "
+        "faster",
     ),
 }
 
@@ -279,7 +278,8 @@ def balance_lines(plan: SweepPlan, pools: Pools | None, constants: bool = True) 
         lines.append(f"{model.name:<20} {extract:>26.3g} {test:>17.3g} {per_gpu:>17} "
                      f"{stage_extract:>10} {stage_test:>10}")
     estimated = dict.fromkeys(e for model in plan.models for e in cores_per_gpu(model).estimates)
-    lines.append(f"{CORES_PER_GPU_MEANING}; estimated constants: {', '.join(estimated)}")
+    rests = f"estimated constants: {', '.join(estimated)}" if estimated else "no estimated constant"
+    lines.append(f"{CORES_PER_GPU_MEANING}; {rests}")
     if pools is None:
         lines.append("per-stage seconds: unknown for an existing cluster (kind: address)")
     else:
