@@ -81,7 +81,28 @@ def prefix_kinds(model: VisionTransformer) -> tuple[TokenKind, ...]:
     return kinds
 
 
-class TimmExtractor(Extractor):
+class VisionTransformerExtractor(Extractor):
+    """What every timm VisionTransformer shares (`model`, `kinds`, `device`, `dtype` set by the
+    subclass, which prepares its batches): one token layout per input, the attention
+    probabilities from each block's `attn_drop`, `forward_features` on `x`."""
+
+    model: VisionTransformer
+    kinds: np.ndarray
+
+    def token_counts(self, items: Sequence[Any]) -> list[int]:
+        return [len(self.kinds)] * len(items)
+
+    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
+        def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
+            sink(output)  # (batch, heads, query, key)
+
+        return [b.attn.attn_drop.register_forward_hook(hook) for b in self.model.blocks]
+
+    def forward(self, batch: Batch) -> Any:
+        return self.model.forward_features(batch.inputs["x"])
+
+
+class TimmExtractor(VisionTransformerExtractor):
     """A timm VisionTransformer."""
 
     def __init__(self, spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> None:
@@ -103,23 +124,11 @@ class TimmExtractor(Extractor):
             [*prefix_kinds(self.model), *[TokenKind.CONTENT] * n_patches], dtype=np.int8
         )
 
-    def token_counts(self, items: Sequence[Any]) -> list[int]:
-        return [len(self.kinds)] * len(items)
-
     def prepare(self, items: Sequence[Any]) -> Batch:
         pixels = torch.stack([self.transform(image) for image in items])  # (batch, 3, H, W)
         positions = [torch.arange(len(self.kinds))] * len(items)
         inputs = {"x": pixels.to(self.device, self.dtype)}
         return Batch(inputs, positions, [self.kinds] * len(items))
-
-    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
-        def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
-            sink(output)  # (batch, heads, query, key)
-
-        return [b.attn.attn_drop.register_forward_hook(hook) for b in self.model.blocks]
-
-    def forward(self, batch: Batch) -> Any:
-        return self.model.forward_features(batch.inputs["x"])
 
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,

@@ -30,10 +30,10 @@ from storage.location import Location, StoreLike, locate
 from workers.exact.token_kinds import TokenKind
 from workers.inputs import Dataset, Table
 from workers.models.determinism import TORCH_THREADS
-from workers.models.extraction import Batch, Extractor, Sink
+from workers.models.extraction import Batch
 from workers.models.ft_data import model_rows  # the FT models' test rows
 from workers.models.registry import ModelSpec
-from workers.models.timm_ import prefix_kinds
+from workers.models.timm_ import VisionTransformerExtractor, prefix_kinds
 from workers.models.token_layout import TokenLayout
 from workers.models.trained_vit.data import init_model, n_classes, to_model
 from workers.models.trained_vit.options import n_tokens, training_options
@@ -161,7 +161,7 @@ def seen_image(spec: ModelSpec, image: Any) -> tuple[np.ndarray, int]:
     return np.repeat(grey[:, :, None], 3, axis=2), int(spec.options["patch_size"])
 
 
-class TrainedViTExtractor(Extractor):
+class TrainedViTExtractor(VisionTransformerExtractor):
     """A trained digits ViT at one of its checkpoints (or its random-init control)."""
 
     def __init__(self, spec: ModelSpec, dataset: Dataset, cache: StoreLike,
@@ -177,23 +177,11 @@ class TrainedViTExtractor(Extractor):
         self.kinds = np.array([*prefix_kinds(self.model), *[TokenKind.CONTENT] * patches],
                               dtype=np.int8)
 
-    def token_counts(self, items: Sequence[Any]) -> list[int]:
-        return [len(self.kinds)] * len(items)
-
     def prepare(self, items: Sequence[Any]) -> Batch:
         pixels = np.stack([np.asarray(image.convert("L"), dtype=np.uint8) for image in items])
         positions = [torch.arange(len(self.kinds))] * len(items)
         inputs = {"x": to_model(pixels).to(self.device, self.dtype)}  # (batch, 1, 8, 8)
         return Batch(inputs, positions, [self.kinds] * len(items))
-
-    def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
-        def hook(module: torch.nn.Module, args: Any, output: torch.Tensor) -> None:
-            sink(output)  # (batch, heads, query, key)
-
-        return [b.attn.attn_drop.register_forward_hook(hook) for b in self.model.blocks]
-
-    def forward(self, batch: Batch) -> Any:
-        return self.model.forward_features(batch.inputs["x"])
 
 
 def build_extractor(spec: ModelSpec, dataset: Dataset | None, cache: StoreLike,
