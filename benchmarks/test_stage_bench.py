@@ -19,7 +19,10 @@ restriction within 3x, read within 2x, rollout kappa within 1x):
   opened before the timing, each input's attention read with `Array.__getitem__` into a fresh
   array);
 - restriction: a float64 copy of the same restricted matrices (`astype(np.float64)` of their
-  contiguous float32 copies, made before the timing);
+  contiguous float32 copies, made before the timing), one at a time, so that its memory
+  behaves as the stage's buffer does: glibc's malloc hands a freed array's memory back up to
+  its 32 MiB mmap threshold (T = 577) and maps fresh pages above it (T = 1370: 180 MB), as
+  `workers.exact.scratch` reuses a buffer up to REUSE_MAX_BYTES and not above;
 - rollout kappa: `check` (as the stage calls it) on as many restricted matrices as the rollout's
   kappa is computed on (every layer: the check part itself).
 
@@ -211,8 +214,11 @@ def floor_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Calla
         for i in range(case.attention.shape[0]):
             arrays["attention"][i]
 
-    floors = {"read": read,
-              "restriction": lambda: [m.astype(np.float64) for m in restricted]}
+    def copy() -> None:  # one at a time, as the stage restricts into one buffer at a time
+        for m in restricted:
+            m.astype(np.float64)
+
+    floors = {"read": read, "restriction": copy}
     if rollout != "off":
         count = 1 if rollout == "last" else None  # matrices per stack the rollout's kappa has
         floors["rollout kappa"] = lambda: [
