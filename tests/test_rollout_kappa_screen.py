@@ -119,9 +119,11 @@ def test_the_shifted_screen_prunes_deep_rollout_products_the_plain_screen_cannot
     logits[:, :, 0] += 4.0
     logits[:, np.arange(n), np.arange(n)] += 2.0
     layers = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
-    deep = np.ascontiguousarray(rollout_products(layers)[-1])
+    products = rollout_products(layers)
+    deep = np.ascontiguousarray(products[-1])
     value, shifted_pairs = shifted_kappa(deep)
     assert value == oracle_kappa(deep) < 1e-3
+    assert kappa_only(products[-4:]).tolist() == [oracle_kappa(x) for x in products[-4:]]
     assert shifted_pairs <= kernel.CANDIDATES_PER_ROW * n
     _, qs, screens = pruned.buffers(n, False)
     rmax = pruned.trusted_rmax(deep)
