@@ -109,6 +109,19 @@ def test_the_shifted_screen_keeps_the_pair_attaining_the_oracles_kappa(kind, n, 
         assert shifted_kappa(x)[0] == oracle_kappa(x)
 
 
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1.0])
+def test_the_shifted_screen_handles_rows_of_any_magnitude_and_identical_rows(scale):
+    """Rows far below 1 give the screen a huge scale (65280 / their spread): its pair limits
+    saturate at 65535 instead of overflowing int64 (which kept no pair at all); identical rows
+    leave z = 0 (SHIFT_FLOOR) and every pair, kappa 0."""
+    rng = np.random.default_rng(2)
+    spread = scale * rng.random((30, 30))
+    same = np.tile(scale * rng.random(30), (30, 1))
+    for x in (spread, same):
+        assert shifted_kappa(x)[0] == oracle_kappa(x)
+        assert kappa_only(x[None]).tolist() == [oracle_kappa(x)]
+
+
 def test_the_shifted_screen_prunes_deep_rollout_products_the_plain_screen_cannot():
     """Deep products of attention-like layers are nearly rank one: the 16-bit screen of the
     matrix itself leaves every pair (its resolution is ~ n / 65280 of a row's mass, here far
