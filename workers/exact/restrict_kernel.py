@@ -250,11 +250,15 @@ def restrict_into(a: np.ndarray, kept: np.ndarray, row_sum_tol: float, out: np.n
             if mass == 0.0:
                 ok[layer] = False
                 continue
-            for c in range(m):
-                sub[c] = sub[c] / mass
+            if mass != 1.0:  # a division by 1 changes no bit: skipped
+                for c in range(m):
+                    sub[c] = sub[c] / mass
             again = row_sum_at(sub, 0, m)
             if not abs(again - 1.0) <= row_sum_tol:
                 return False
-            for c in range(m):
-                out[layer, r - 1, c] = sub[c] / again
+            if again == 1.0:
+                out[layer, r - 1] = sub
+            else:
+                for c in range(m):
+                    out[layer, r - 1, c] = sub[c] / again
     return True
