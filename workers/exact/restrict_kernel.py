@@ -12,7 +12,8 @@ vectorise an ordered float sum: `_lane_sums` adds lane j of each group of 4 (or 
 terms into accumulator j, exactly the scalar interleaved accumulators of `kernel.row_sum` (and
 numpy's 8 in a pairwise block), as one vector add per group, without reassociation; `_widen`
 does the same while it converts a row to float64 and flags negative or NaN entries. The
-divisions stay plain loops (LLVM vectorises them).
+divisions stay plain loops (LLVM vectorises them); a division by a sum of exactly 1 (x / 1 == x
+for every float) is skipped.
 """
 
 from __future__ import annotations
