@@ -13,8 +13,22 @@ before the timing as `check` makes them), and torch.cdist(x, x, p=1) (float32,
 torch's threads) over the same restricted matrices (layers x token sets), with the ratio
 cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
 
+Three parts are also shown against their floors, timed in the same rounds (issue 32's targets:
+restriction within 3x, read within 2x, rollout kappa within 1x):
+- read: zarr alone decoding the same chunks (the attention, n_tokens and token_kind arrays
+  opened before the timing, each input's attention read with `Array.__getitem__` into a fresh
+  array);
+- restriction: a float64 copy of the same restricted matrices (`astype(np.float64)` of their
+  contiguous float32 copies, made before the timing), one at a time, so that its memory
+  behaves as the stage's buffer does: glibc's malloc hands a freed array's memory back up to
+  its 32 MiB mmap threshold (T = 577) and maps fresh pages above it (T = 1370: 180 MB), as
+  `workers.exact.scratch` reuses a buffer up to REUSE_MAX_BYTES and not above;
+- rollout kappa: `check` (as the stage calls it) on as many restricted matrices as the rollout's
+  kappa is computed on (every layer: the check part itself).
+
     PYTHONPATH=. python benchmarks/test_stage_bench.py [--rounds 5] [--cases vit-b,dinov2-l-reg]
-        [--rollout every] [--store s3://bucket/prefix --endpoint-url http://127.0.0.1:8333]
+        [--rollout every] [--no-cdist]
+        [--store s3://bucket/prefix --endpoint-url http://127.0.0.1:8333]
 
 `--store`: where the shard's store lives (default: a temporary local folder); an object store
 URL times the stage reading its shard from there (`storage.location`).
@@ -173,6 +187,46 @@ def part_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callab
     return parts
 
 
+FLOOR_NAMES = {"read": "zarr alone", "restriction": "float64 copy",
+               "rollout kappa": "check, same count"}
+FLOOR_TARGETS = {"read": 2.0, "restriction": 3.0, "rollout kappa": 1.0}
+
+
+def floor_functions(case: Case, task: TestTask, rollout: str) -> dict[str, Callable[[], object]]:
+    """Each part's floor (FLOOR_NAMES) as a callable over the whole shard, on the same data."""
+    group = open_model(task.store, task.model, mode="r")
+    arrays = {name: group[name] for name in ("attention", "n_tokens", "token_kind")}
+    n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1)
+    restricted, stacks, specials = [], [], []  # float32 (L, m, m); float64 stacks; special masks
+    for i in range(case.attention.shape[0]):
+        t = int(n_tokens[i])
+        for token_set in TOKEN_SETS:
+            kinds = case.token_kind[i, :t]
+            keep = keep_mask(kinds, token_set)
+            layers = case.attention[i, :, :t, :t]
+            restricted.append(np.ascontiguousarray(layers[:, keep][:, :, keep]))
+            stacks.append(restrict_layers(layers, keep)[0])
+            specials.append(special_mask(kinds)[keep])
+
+    def read() -> None:
+        arrays["n_tokens"][:]
+        arrays["token_kind"][:]
+        for i in range(case.attention.shape[0]):
+            arrays["attention"][i]
+
+    def copy() -> None:  # one at a time, as the stage restricts into one buffer at a time
+        for m in restricted:
+            m.astype(np.float64)
+
+    floors = {"read": read, "restriction": copy}
+    if rollout != "off":
+        count = 1 if rollout == "last" else None  # matrices per stack the rollout's kappa has
+        floors["rollout kappa"] = lambda: [
+            check(s[:count], special=m, validate=False, radius=True)
+            for s, m in zip(stacks, specials, strict=True)]
+    return floors
+
+
 def radius_function(stacks: list[np.ndarray], checked: list) -> Callable[[], object]:
     """`screened_radius` of every tested matrix, alone: the 16-bit screens, row minima and
     bound constants are made before, as `check`'s kernel makes them."""
@@ -216,14 +270,17 @@ def cdist_function(case: Case) -> Callable[[], object]:
 
 
 def bench(case: Case, rounds: int, rollout: str, store: str | None,
-          options: dict[str, str]) -> None:
+          options: dict[str, str], cdist: bool = True) -> None:
     n = case.attention.shape[0]
     with tempfile.TemporaryDirectory() as tmp:
         where = StoreRef.of(store or str(Path(tmp) / "store.zarr"), options)
         task = write_shard(where, case)
         task = TestTask(**{**task.__dict__, "rollout": rollout})
-        funcs = {"stage": lambda: run_test(task), "cdist": cdist_function(case),
-                 **part_functions(case, task, rollout)}
+        funcs = {"stage": lambda: run_test(task),
+                 **({"cdist": cdist_function(case)} if cdist else {}),
+                 **part_functions(case, task, rollout),
+                 **{f"floor:{name}": fn
+                    for name, fn in floor_functions(case, task, rollout).items()}}
         best = {name: (np.inf, np.inf) for name in funcs}
         for fn in funcs.values():  # warm-up (numba compilation, caches)
             fn()
@@ -233,22 +290,28 @@ def bench(case: Case, rounds: int, rollout: str, store: str | None,
                 best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
         locate(where).delete_prefix("")
     stage_wall, stage_cpu = best["stage"]
-    cdist_wall = best["cdist"][0]
-    parts = [p for p in funcs if p not in ("stage", "cdist")]
+    parts = [p for p in funcs if p not in ("stage", "cdist") and not p.startswith("floor:")]
     parts_cpu = sum(best[p][1] for p in parts)
     print(f"\n{case.name}: {n} inputs, rollout {rollout}, best of {rounds}, store "
           f"{store or 'a local folder'}")
     print(f"  test stage: {1e3 * stage_wall / n:.2f} ms wall, {1e3 * stage_cpu / n:.2f} ms CPU "
           f"per input")
-    cdist_cpu = best["cdist"][1]
-    print(f"  torch.cdist(p=1), same matrices: {1e3 * cdist_wall / n:.2f} ms wall, "
-          f"{1e3 * cdist_cpu / n:.2f} ms CPU per input; cdist / stage = "
-          f"{cdist_wall / stage_wall:.2f}x wall, {cdist_cpu / stage_cpu:.2f}x CPU")
-    print(f"    {'part':<17} {'wall ms':>8} {'CPU ms':>8} {'CPU share':>9}  (per input)")
+    if cdist:
+        cdist_wall, cdist_cpu = best["cdist"]
+        print(f"  torch.cdist(p=1), same matrices: {1e3 * cdist_wall / n:.2f} ms wall, "
+              f"{1e3 * cdist_cpu / n:.2f} ms CPU per input; cdist / stage = "
+              f"{cdist_wall / stage_wall:.2f}x wall, {cdist_cpu / stage_cpu:.2f}x CPU")
+    print(f"    {'part':<17} {'wall ms':>8} {'CPU ms':>8} {'CPU share':>9}  "
+          f"{'floor':<18} {'CPU ms':>8} {'part/floor':>10}  (per input)")
     for name in parts:
         wall, cpu = best[name]
-        print(f"    {name:<17} {1e3 * wall / n:8.2f} {1e3 * cpu / n:8.2f} "
-              f"{100 * cpu / parts_cpu:8.1f}%")
+        line = (f"    {name:<17} {1e3 * wall / n:8.2f} {1e3 * cpu / n:8.2f} "
+                f"{100 * cpu / parts_cpu:8.1f}%")
+        if f"floor:{name}" in best:
+            floor_cpu = best[f"floor:{name}"][1]
+            line += (f"  {FLOOR_NAMES[name]:<18} {1e3 * floor_cpu / n:8.2f} "
+                     f"{cpu / floor_cpu:9.2f}x (target <= {FLOOR_TARGETS[name]:g}x)")
+        print(line)
     print(f"  radius / check (CPU): {100 * best['radius'][1] / best['check'][1]:.1f}%")
 
 
@@ -261,12 +324,14 @@ def main() -> None:
     parser.add_argument("--rollout", default="every", choices=ROLLOUT_MODES)
     parser.add_argument("--store", help="the shard's store (default: a temporary folder)")
     parser.add_argument("--endpoint-url", help="an S3-compatible server for an s3:// --store")
+    parser.add_argument("--cdist", action=argparse.BooleanOptionalAction, default=True,
+                        help="time torch.cdist on the same matrices (at T = 1370: 30 s a round)")
     args = parser.parse_args()
     options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
     print(f"torch threads {torch.get_num_threads()}")
     for name in args.cases.split(","):
         store = f"{args.store.rstrip('/')}/{name}.zarr" if args.store else None
-        bench(CASES[name](args.inputs), args.rounds, args.rollout, store, options)
+        bench(CASES[name](args.inputs), args.rounds, args.rollout, store, options, args.cdist)
 
 
 if __name__ == "__main__":

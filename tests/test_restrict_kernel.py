@@ -8,7 +8,8 @@ import pytest
 
 from storage.errors import NotStochasticError
 from workers.exact.equality import _restrict_layers_numpy, restrict_layers
-from workers.exact.restrict_kernel import STACK_DEPTH, pairwise_sum
+from workers.exact.kernel import row_sum
+from workers.exact.restrict_kernel import STACK_DEPTH, checked_row, pairwise_sum, row_sum_at
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 9, 127, 128, 129, 136, 255, 257, 1000, 1370, 4097])
@@ -17,6 +18,32 @@ def test_pairwise_sum_is_numpys_sum(n):
     frames, partial = np.empty((STACK_DEPTH, 3), dtype=np.int64), np.empty(STACK_DEPTH)
     for row in rng.random((20, n)) ** 4:  # skewed rows: the order of additions shows
         assert pairwise_sum(row, n, frames, partial) == row.sum()
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 8, 127, 1370])
+def test_the_vector_row_sums_are_kernel_row_sum(n):
+    """`row_sum_at` (4-lane vectors) and `checked_row` (widening float32 as it sums) add in
+    `kernel.row_sum`'s order, at any offset into a flat array."""
+    rng = np.random.default_rng(n)
+    flat = rng.random(3 + n) ** 4
+    assert row_sum_at(flat, 3, n) == row_sum(flat[3:].copy())
+    flat32 = flat.astype(np.float32)
+    row = np.empty(n)
+    assert checked_row(flat32, 3, n, row) == row_sum(flat32[3:].astype(np.float64))
+    assert np.array_equal(row, flat32[3:])
+
+
+@pytest.mark.parametrize("bad", [-1e-30, np.nan, -np.inf])
+def test_checked_row_flags_a_bad_entry_in_any_lane_or_the_tail(bad):
+    """A negative or NaN entry anywhere (a vector lane or the tail past the last group of 4)
+    makes the row's sum NaN; -0.0 is a valid zero, as in `kernel.normalise_rows`."""
+    row = np.empty(11)
+    for position in range(11):
+        flat = np.full(11, 1 / 11, dtype=np.float32)
+        flat[position] = bad
+        assert np.isnan(checked_row(flat, 0, 11, row))
+        flat[position] = -0.0
+        assert not np.isnan(checked_row(flat, 0, 11, row))
 
 
 def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:

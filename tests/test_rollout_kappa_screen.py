@@ -13,7 +13,7 @@ import threadpoolctl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workers.exact import equality, kernel, scratch
+from workers.exact import equality, kernel, pruned, scratch
 from workers.exact.equality import check, kappa_only, rollout, rollout_products
 
 
@@ -84,6 +84,68 @@ def test_ties_beyond_the_candidate_limit_take_the_float64_screen(kind):
     one-hot rows with few distinct tokens), so the float64 screen narrows them; same result."""
     a = adversarial(kind, 67, np.random.default_rng(1))
     assert_screens_agree(np.stack([a, 0.5 * (np.eye(67) + a)]))
+
+
+def shifted_kappa(x: np.ndarray) -> tuple[float, int]:
+    """(kappa from `pruned.shifted_candidates`' pairs, how many pairs it left) of one matrix."""
+    n = x.shape[0]
+    _, qs, screens = pruned.buffers(n, False)
+    a_i, a_j = pruned.shifted_candidates(x, qs[0], screens[0], np.empty(n))
+    return float(kernel.tv_many(x, a_i, a_j, False).max()), a_i.shape[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(kind=st.sampled_from(KINDS + ("products",)), n=st.integers(2, 40),
+       seed=st.integers(0, 2**32 - 1))
+def test_the_shifted_screen_keeps_the_pair_attaining_the_oracles_kappa(kind, n, seed):
+    """Less its column minima, a matrix screens to candidates among which the oracle's kappa is
+    found exactly: rollout products, ties, identical rows (every z = 0), near-uniform rows."""
+    rng = np.random.default_rng(seed)
+    if kind == "products":
+        matrices = rollout_products(stochastic(rng, 6, n))
+    else:
+        matrices = rollout_products(np.stack([adversarial(kind, n, rng)] * 3))
+    for x in np.ascontiguousarray(matrices):
+        assert shifted_kappa(x)[0] == oracle_kappa(x)
+
+
+@pytest.mark.parametrize("scale", [1e-300, 1e-150, 1.0])
+def test_the_shifted_screen_handles_rows_of_any_magnitude_and_identical_rows(scale):
+    """Rows far below 1 give the screen a huge scale (65280 / their spread): its pair limits
+    saturate at 65535 instead of overflowing int64 (which kept no pair at all); identical rows
+    leave z = 0 (SHIFT_FLOOR) and every pair, kappa 0."""
+    rng = np.random.default_rng(2)
+    spread = scale * rng.random((30, 30))
+    same = np.tile(scale * rng.random(30), (30, 1))
+    for x in (spread, same):
+        assert shifted_kappa(x)[0] == oracle_kappa(x)
+        assert kappa_only(x[None]).tolist() == [oracle_kappa(x)]
+
+
+def test_the_shifted_screen_prunes_deep_rollout_products_the_plain_screen_cannot():
+    """Deep products of attention-like layers are nearly rank one: the 16-bit screen of the
+    matrix itself leaves every pair (its resolution is ~ n / 65280 of a row's mass, here far
+    above kappa), the screen less the column minima a few, among them the oracle's pair."""
+    rng = np.random.default_rng(7)
+    n = 160
+    logits = 2.0 * rng.normal(size=(24, n, n))
+    logits[:, :, 0] += 4.0
+    logits[:, np.arange(n), np.arange(n)] += 2.0
+    layers = np.exp(logits) / np.exp(logits).sum(axis=-1, keepdims=True)
+    products = rollout_products(layers)
+    deep = np.ascontiguousarray(products[-1])
+    value, shifted_pairs = shifted_kappa(deep)
+    assert value == oracle_kappa(deep) < 1e-3
+    assert kappa_only(products[-4:]).tolist() == [oracle_kappa(x) for x in products[-4:]]
+    assert shifted_pairs <= kernel.CANDIDATES_PER_ROW * n
+    _, qs, screens = pruned.buffers(n, False)
+    rmax = pruned.trusted_rmax(deep)
+    scale = pruned.scale_for(rmax)
+    pruned.quantise_matrix(deep, qs[0], scale)
+    pruned.screen_serial(qs[0], n, screens[0])
+    plain, _, _ = pruned.kappa_candidates(deep, screens[0], scale,
+                                          pruned.bound_constants(n, rmax)[1], 0.0)
+    assert plain.shape[0] > kernel.CANDIDATES_PER_ROW * n
 
 
 def test_the_whole_rollout_matches_the_oracle_on_attention_like_layers():

@@ -203,7 +203,9 @@ def _limit(value: float, scale: float) -> int:
     q = value * scale * (1.0 + 1e-12)
     if q < 0.0:
         return -1
-    return min(np.int64(q), 65535)
+    if q >= 65535.0:  # also a huge q, which int64 cannot hold (a shifted screen's large scale)
+        return 65535
+    return np.int64(q)
 
 
 @njit(cache=True)
@@ -332,6 +334,61 @@ def select(x, screened, scale, rmax, tol, window):
     return a_i, a_j, m_i[:c], m_j[:c], row_min
 
 
+SHIFT_FLOOR = 2.0**-500  # shifted_rmax's least value: identical rows would give 0 (no scale)
+
+
+@njit(cache=True)
+def shifted_rmax(x: np.ndarray, lo: np.ndarray) -> float:
+    """lo[k] = min_i x[i, k]; returns an upper bound, at least SHIFT_FLOOR, on every exact row
+    sum of z = fl(x - lo), which the screen of `quantise_shifted` is scaled by: with R_i =
+    `row_sum`(x_i) (1 + 2 (n + 4) u) >= x_i's exact sum (`trusted_rmax`) and the exact sum of lo
+    >= Lo = `row_sum`(lo) (1 - 2 (n + 4) u), z_i's exact sum is at most (1 + u)(R_i - Lo); the
+    difference is rounded up by (1 + 4u). One pass over x."""
+    n = x.shape[0]
+    lo[:] = x[0]
+    top = row_sum(x[0])
+    for i in range(1, n):
+        top = max(top, row_sum(x[i]))
+        for k in range(x.shape[1]):
+            lo[k] = min(lo[k], x[i, k])
+    gamma = 2.0 * (n + 4) * U64
+    spread = (top * (1.0 + gamma) - row_sum(lo) * (1.0 - gamma)) * (1.0 + 4.0 * U64)
+    return max(SHIFT_FLOOR, spread)
+
+
+@njit(cache=True)
+def quantise_shifted(x: np.ndarray, lo: np.ndarray, q: np.ndarray, scale: float) -> None:
+    """q[i, k] = floor(fl(x[i, k] - lo[k]) * scale) <= s z_ik, as `quantise_row` of z."""
+    for i in range(x.shape[0]):
+        for k in range(x.shape[1]):
+            q[i, k] = np.uint16(np.int32((x[i, k] - lo[k]) * scale))
+
+
+@njit(cache=True)
+def shifted_candidates(x, q, screened, lo):
+    """The pairs (i < j, row-major; int32) that can attain the oracle's kappa of a trusted
+    (n >= 2, n) matrix x (rows nonnegative), found by the 16-bit screen of x less its column
+    minima `lo` ((n,), filled here).
+
+    kappa_ij is the same for z = x - lo (up to z's rounding), and a rollout product's rows share
+    most of their mass (a nearly rank-one R_l has kappa ~ 0.01 and large column minima), so z's
+    rows sum to about its spread, not 1, and the screen, scaled by 65280 / max row sum of z,
+    resolves kappa_ij about 1 / that spread times finer than the screen of x: rigorously, with
+    E_i = the exact sum of x_i - lo, ||x_i - x_j||_1 = E_i + E_j - 2 sum_k min(x_ik - lo_k,
+    x_jk - lo_k) <= 2 rmax_z (1 + 2u) - 2 Q_ij / (s (1 + u)) (each z_ik within u of
+    x_ik - lo_k; q_ik <= s z_ik), and the oracle adds at most gamma_{n+1} of its value, so
+    U_ij = c0(rmax_z) - Q_ij / s (`bound_constants`: 8 (n + 4) u rmax_z + 1e-14 over rmax_z)
+    bounds it; `kappa_candidates` keeps every pair whose bound reaches the exact kappa_ij of the
+    best-screened pair."""
+    n = x.shape[0]
+    rmax = shifted_rmax(x, lo)
+    scale = scale_for(rmax)
+    quantise_shifted(x, lo, q, scale)
+    screen_serial(q, n, screened)
+    a_i, a_j, _ = kappa_candidates(x, screened, scale, bound_constants(n, rmax)[1], 0.0)
+    return a_i, a_j
+
+
 @njit(parallel=True, cache=True)
 def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
     """The oracle's kappa of each matrix of a trusted float64 (b, n, n) batch (rows nonnegative,
@@ -339,10 +396,11 @@ def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
     `buffers` qs, screens; (b,) float64. The centre bound first (`workers.exact.center_bound`: rows
     crowding around a common part, as in a deep rollout, in O(n^2); after it fails, tried again
     on every CENTRE_RETRY-th matrix only); where it leaves more than CANDIDATES_PER_ROW * n
-    pairs, the 16-bit screen and exact pruning; where those leave more
-    than that (a nearly rank-one product, kappa small against the screen's resolution of about
-    n / 65280), `kernel.kappa_one32` (a float32 screen with a relative error bound, then
-    float64) decides. `tiles`: `kernel.tile_order(n)`."""
+    pairs, the 16-bit screen of the matrix less its column minima (`shifted_candidates`: a
+    nearly rank-one product's common part taken out) and exact pruning; where those leave more
+    than that (rows that tie within the screen's resolution, about n / 65280 of the rows'
+    spread), `kernel.kappa_one32` (a float32 screen with a relative error bound, then float64)
+    decides. `tiles`: `kernel.tile_order(n)`."""
     b, n = a.shape[0], a.shape[1]
     threads = qs.shape[0]
     rows = -(-n // TILE) * TILE
@@ -355,6 +413,7 @@ def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
         sums = np.empty((rows, rows), dtype=np.float64)
         x32[n:] = 0.0
         x64[n:] = 0.0
+        lo = np.empty(n)
         centred = True  # the centre bound decided this thread's last attempt
         for m in range(t, b, threads):
             if n < 2:
@@ -366,11 +425,7 @@ def kappa_over_matrices(a, qs, screens, tiles) -> np.ndarray:
                 if centred:
                     out[m] = value
                     continue
-            rmax = trusted_rmax(x)
-            scale = scale_for(rmax)
-            quantise_matrix(x, qs[t], scale)
-            screen_serial(qs[t], n, screens[t])
-            a_i, a_j, _ = kappa_candidates(x, screens[t], scale, bound_constants(n, rmax)[1], 0.0)
+            a_i, a_j = shifted_candidates(x, qs[t], screens[t], lo)
             if a_i.shape[0] <= CANDIDATES_PER_ROW * n:
                 out[m] = tv_many(x, a_i, a_j, False).max()
                 continue
