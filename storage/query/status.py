@@ -20,8 +20,8 @@ from storage.errors import StoreDamagedError
 from storage.integrity import FULL, MARKERS, STAT, metadata_damage, scan_store
 from storage.layout import (
     BASELINE_GROUP,
-    COMPACT_STAGE,
     BASELINE_STAGE,
+    COMPACT_STAGE,
     NULLS_GROUP,
     NULLS_STAGE,
     PREPARE_STAGE,
