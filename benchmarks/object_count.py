@@ -1,5 +1,6 @@
 """Objects per model on an object store, and what `sweep status` and `sweep report` pay for them:
-the same sweep (tiny-roberta over N generated text lines, shards of 32, `attention: drop`) run
+the same sweep (tiny-roberta over N generated text lines, shards of 32, one token set,
+`attention: drop`: a light sweep whose result arrays are what is counted) run
 into SeaweedFS by each code tree given (e.g. the main branch in a `git worktree` and this one),
 in one run of this script.
 
@@ -34,6 +35,7 @@ CONFIG = """\
 store: {store}
 storage_options: {{endpoint_url: '{endpoint}'}}
 shard_size: {shard_size}
+token_sets: [all]
 attention: drop
 matched_nulls: null
 retries: 0
@@ -85,7 +87,7 @@ def main() -> None:
     trees = {name: Path(path).resolve() for name, path in
              (item.split("=", 1) for item in args.tree)}
     os.environ.update(CREDENTIALS)
-    bucket = f"dobrushin-bench-{uuid.uuid4().hex[:8]}"
+    bucket = f"dobrushin-objects-{uuid.uuid4().hex[:8]}"
     fs = filesystem()
     fs.mkdir(bucket)
     out: dict[str, dict] = {name: {} for name in trees}
