@@ -291,16 +291,18 @@ def _array_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], in
         axis = legacy[1]
         shape, chunks = shape[:axis] + shape[axis + 1:], chunks[:axis] + chunks[axis + 1:]
     inner = sharded_chunk_shape(meta) if compactable else None
+    layout = "the layout's"
     if inner is not None:
+        layout = "the compacted layout's"
         chunks, shard = compact_chunks(shape)
         if inner != list(chunks):
-            return f"sharded chunk_shape {json.dumps(inner)}, the layout's {list(chunks)}"
+            return f"sharded chunk_shape {json.dumps(inner)}, {layout} {list(chunks)}"
         chunks = shard
     expected = {"data_type": zarr_data_type(var), "shape": list(shape),
                 "chunk_shape": list(chunks)}
     found = {"data_type": meta.get("data_type"), "shape": meta.get("shape"),
              "chunk_shape": _chunk_shape(meta)}
-    wrong = [f"{key} {json.dumps(found[key])}, the layout's {json.dumps(expected[key])}"
+    wrong = [f"{key} {json.dumps(found[key])}, {layout} {json.dumps(expected[key])}"
              for key in expected if found[key] != expected[key]]
     return "; ".join(wrong) or None
 

@@ -76,7 +76,7 @@ def _chunks(meta: dict) -> None:
 METADATA_CASES = {  # case -> (the document, the edit: None empties it, the words of the line)
     "dtype": ("rob/attention/zarr.json", _dtype, 'data_type "float64", the layout\'s "float32"'),
     "chunk_shape": ("rob/results/kappa/zarr.json", _chunks,
-                    "chunk_shape [3, 2, 1, 2], the layout's [2, 2, 1, 2]"),
+                    "chunk_shape [3, 2, 1, 2], the compacted layout's [5, 2, 1, 2]"),
     "group": ("rob/zarr.json", None, "empty"),
 }
 
