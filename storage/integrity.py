@@ -21,6 +21,10 @@ none was written, from one listing of the store (sizes and versions), never a re
   not seen (an object store gives every rewrite a new ETag): `--verify` re-hashes everything;
 - `FULL` (`sweep run --verify`, `sweep status --verify`): every chunk re-read and re-hashed.
 
+A compacted model (`storage.compaction`: its result arrays rewritten as a few objects, vouched for
+by its `compact` marker) keeps its test markers, which then vouch for its results no more
+(`still_vouched`); its metadata documents may be of either layout (`sharded_chunk_shape`).
+
 Cost (`PYTHONPATH=. python benchmarks/checksum_bench.py`, see benchmarks/README.md): CRC32C runs
 at several GB/s; the start-up check of a 2,000-chunk store is one listing on either backend.
 """

@@ -156,19 +156,18 @@ def revert_unmarked(store: StoreLike, model: str, shard_size: int) -> list[str]:
     return reverted
 
 
-def compact_model(store: StoreLike, model: str, shard_size: int) -> Checksums:
+def compact_model(store: StoreLike, model: str, shard_size: int) -> None:
     """Rewrite every result array of `model` (all of its test tasks done) in the compacted
     layout, mark it, delete the per-shard chunks (see the module); on a model already marked,
     finish what a killed run left (delete leftover per-shard chunks, or finish an expansion and
-    compact again). Returns what the marker vouches for. Call under the store lock, with no task
-    running."""
+    compact again). Call under the store lock, with no task running."""
     location = locate(store)
     if is_marked(location, model):
         docs = result_documents(location, model)
         if all(is_compacted(doc) for doc in docs.values()):
             for path in docs:
                 _delete_objects(location, path, compacted=False)
-            return vouched_chunks(location, model, COMPACT_STAGE) or {}
+            return
         attrs = open_root(location)[model].attrs
         expand_model(location, model, shard_size,
                      range(-(-int(attrs["n_inputs"]) // shard_size)))
@@ -190,7 +189,6 @@ def compact_model(store: StoreLike, model: str, shard_size: int) -> Checksums:
     mark_done(location, model, COMPACT_STAGE, sums)
     for path in result_documents(location, model):
         _delete_objects(location, path, compacted=False)
-    return sums
 
 
 def lost_shards(store: StoreLike, model: str, shard_size: int, n_inputs: int, *,
