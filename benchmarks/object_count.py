@@ -13,6 +13,11 @@ tests/s3_fixtures.py).
     git worktree add --detach /tmp/before main
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/object_count.py --inputs 20000 \
         --tree before=/tmp/before --tree after=.
+
+`--time-compaction`: then, in this process (this tree's code), for each store whose model is
+compacted: the wall time of expanding it back to per-shard chunks (`expand_model`, every shard
+kept: what a retest costs first) and of compacting it again (`compact_model`: what the end of
+a run adds).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ import time
 import uuid
 from pathlib import Path
 
+from storage.compaction.results import compact_model, expand_model, is_marked
 from storage.location import StoreRef, locate
 from tests.s3_fixtures import CREDENTIALS, ENDPOINT, filesystem
 
@@ -83,6 +89,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--tree", action="append", required=True, metavar="NAME=PATH",
                         help="a code tree to run (`sweep` imported from PATH)")
+    parser.add_argument("--time-compaction", action="store_true")
     args = parser.parse_args()
     trees = {name: Path(path).resolve() for name, path in
              (item.split("=", 1) for item in args.tree)}
@@ -119,6 +126,16 @@ def main() -> None:
                 for what, values in times[name].items():
                     out[name][f"{what} s"] = round(statistics.median(values), 2)
                     out[name][f"{what} s (all)"] = [round(v, 2) for v in values]
+                ref = StoreRef.of(folders[name][1], {"endpoint_url": ENDPOINT})
+                if args.time_compaction and is_marked(ref, "rob"):
+                    shards = range(-(-args.inputs // args.shard_size))
+                    start = time.perf_counter()
+                    expand_model(ref, "rob", args.shard_size, shards)
+                    out[name]["expand s"] = round(time.perf_counter() - start, 1)
+                    start = time.perf_counter()
+                    compact_model(ref, "rob", args.shard_size)
+                    out[name]["compact s"] = round(time.perf_counter() - start, 1)
+                    out[name]["objects after expand+compact"] = objects(folders[name][1])
     finally:
         fs.rm(bucket, recursive=True)
     print(json.dumps({"inputs": args.inputs, "shard_size": args.shard_size, **out}, indent=1))
