@@ -21,6 +21,10 @@ none was written, from one listing of the store (sizes and versions), never a re
   not seen (an object store gives every rewrite a new ETag): `--verify` re-hashes everything;
 - `FULL` (`sweep run --verify`, `sweep status --verify`): every chunk re-read and re-hashed.
 
+A compacted model (`storage.compaction`: its result arrays rewritten as a few objects, vouched for
+by its `compact` marker) keeps its test markers, which then vouch for its results no more
+(`still_vouched`); its metadata documents may be of either layout (`sharded_chunk_shape`).
+
 Cost (`PYTHONPATH=. python benchmarks/checksum_bench.py`, see benchmarks/README.md): CRC32C runs
 at several GB/s; the start-up check of a 2,000-chunk store is one listing on either backend.
 """
@@ -29,7 +33,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Mapping
+import re
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +44,7 @@ from storage.errors import StoreDamagedError
 from storage.layout import (
     BASELINE_GROUP,
     BOOKKEEPING_DIR,
+    COMPACT_STAGE,
     LEGACY_ATTENTION_DIMS,
     LEGACY_BASELINE_DIMS,
     LEGACY_RESULT_DIMS,
@@ -47,6 +53,7 @@ from storage.layout import (
     RESULTS_GROUP,
     Shaped,
     baseline_arrays,
+    compact_chunks,
     matched_arrays,
     model_arrays,
     zarr_data_type,
@@ -144,8 +151,28 @@ def damaged_chunks(store: StoreLike, vouched: Mapping[str, list | None], *,
 
 
 def variable_of(chunk: str) -> str:
-    """`vit/results/kappa` for `vit/results/kappa/c/0/0/0`."""
-    return chunk.split("/c/")[0]
+    """`vit/results/kappa` for `vit/results/kappa/c/0/0/0` (and a compacted `.../c.0.0.0`)."""
+    return re.split(r"/c(?:/|\.\d)", chunk, maxsplit=1)[0]
+
+
+def compacted_scopes(marker_keys: Iterable[str]) -> set[str]:
+    """The models with a compaction marker among `marker_keys` (keys below MARKERS or the
+    store's root: `<model>/compact.done`)."""
+    suffix = f"/{COMPACT_STAGE}.done"
+    return {key.removeprefix(MARKERS).removesuffix(suffix) for key in marker_keys
+            if key.endswith(suffix)}
+
+
+def still_vouched(marker: str, vouched: Checksums | None, compacted: Container[str]
+                  ) -> Checksums | None:
+    """What the done marker `marker` (`<scope>/<name>.done`, below MARKERS) still vouches for:
+    in a compacted model (`compacted`: `compacted_scopes`), its per-shard result chunks are gone,
+    replaced by the objects its compaction marker vouches for (`storage.compaction`)."""
+    scope, _, name = marker.rpartition("/")
+    if vouched is None or scope not in compacted or name == f"{COMPACT_STAGE}.done":
+        return vouched
+    results = f"{scope}/{RESULTS_GROUP}/"
+    return {key: value for key, value in vouched.items() if not key.startswith(results)}
 
 
 def data_listing(location: Location) -> dict[str, ObjectInfo]:
@@ -187,7 +214,9 @@ def scan_store(store: StoreLike, *, depth: str = FULL) -> dict[str, list[str]]:
     listing = data_listing(location) if done else {}
     listing.update(location.listing(MARKERS) if done else {})
     out = {}
+    compacted = compacted_scopes(done)
     for marker, vouched in sorted(done.items()):
+        vouched = still_vouched(marker, vouched, compacted)
         bad = damaged_chunks(location, vouched, depth=depth, listing=listing) if vouched else []
         if bad:
             out[marker] = bad
@@ -244,20 +273,40 @@ def _chunk_shape(meta: dict) -> Any:
     return grid.get("configuration", {}).get("chunk_shape") if isinstance(grid, dict) else None
 
 
-def _array_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], int] | None
-                   ) -> str | None:
+def sharded_chunk_shape(meta: dict) -> Any:
+    """The chunk shape inside the shards of an array whose codec is Zarr's sharding codec (a
+    compacted result array), else None."""
+    codecs = meta.get("codecs")
+    first = codecs[0] if isinstance(codecs, list) and codecs else None
+    if not isinstance(first, dict) or first.get("name") != "sharding_indexed":
+        return None
+    configuration = first.get("configuration")
+    return configuration.get("chunk_shape") if isinstance(configuration, dict) else None
+
+
+def _array_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], int] | None,
+                   compactable: bool = False) -> str | None:
     """What differs between an array's metadata and the layout's (data type, shape, chunk
     shape); `legacy`: (dims, axis) of the layout from before an axis was added (the head, the
-    null), whose arrays lack that axis."""
+    null), whose arrays lack that axis; `compactable`: a result array, which may also have the
+    compacted layout (`storage.layout.compact_chunks`: shards of chunks)."""
     var, shape, chunks = shaped
     if legacy is not None and tuple(meta.get("dimension_names") or ()) == legacy[0]:
         axis = legacy[1]
         shape, chunks = shape[:axis] + shape[axis + 1:], chunks[:axis] + chunks[axis + 1:]
+    inner = sharded_chunk_shape(meta) if compactable else None
+    layout = "the layout's"
+    if inner is not None:
+        layout = "the compacted layout's"
+        chunks, shard = compact_chunks(shape)
+        if inner != list(chunks):
+            return f"sharded chunk_shape {json.dumps(inner)}, {layout} {list(chunks)}"
+        chunks = shard
     expected = {"data_type": zarr_data_type(var), "shape": list(shape),
                 "chunk_shape": list(chunks)}
     found = {"data_type": meta.get("data_type"), "shape": meta.get("shape"),
              "chunk_shape": _chunk_shape(meta)}
-    wrong = [f"{key} {json.dumps(found[key])}, the layout's {json.dumps(expected[key])}"
+    wrong = [f"{key} {json.dumps(found[key])}, {layout} {json.dumps(expected[key])}"
              for key in expected if found[key] != expected[key]]
     return "; ".join(wrong) or None
 
@@ -359,7 +408,8 @@ def metadata_damage(store: StoreLike, models: Iterable[str], *, arrays: bool = T
             continue
         meta, problem = _document(docs[key], "array")
         if meta is not None:
-            problem = _array_problem(meta, shaped, _legacy_axis(kind, name))
+            problem = _array_problem(meta, shaped, _legacy_axis(kind, name),
+                                     kind == "model" and name.startswith(f"{RESULTS_GROUP}/"))
         if problem is not None:
             out.append(MetadataDamage(scope, path, key, problem))
     return out

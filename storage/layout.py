@@ -48,6 +48,13 @@ lists the root; a finished run consolidates the metadata into the root's zarr.js
 (`storage.store.consolidate`), so plain xarray reads that and lists nothing, and this project's
 readers take the model names from the root attribute `models` instead of listing.
 
+Result arrays have two layouts, one value for value the same: while a model is tested, one chunk
+per shard (`model_arrays`: each test task writes its own chunks, so concurrent writers never
+share an object); once every shard of the model is tested, the driver rewrites each result
+array as a few objects (`storage.compaction`: the Zarr v3 sharding codec, chunks and shards of
+`compact_chunks`, chunk keys `c.0.0.0.0`), records them in the marker
+`markers/<model>/compact.done` (COMPACT_STAGE) and deletes the per-shard chunks.
+
 Every array carries `_ARRAY_DIMENSIONS`-free Zarr v3 `dimension_names` equal to its dims here.
 """
 
@@ -65,6 +72,7 @@ BASELINE_STAGE = "baseline"
 NULLS_GROUP = "nulls"  # size-matched nulls, inside each model group
 NULLS_STAGE = "nulls"
 PREPARE_STAGE = "prepare"  # a model's preparation (training); its marker is named `prepare`
+COMPACT_STAGE = "compact"  # a model's results rewritten as few objects; its marker: `compact`
 BOOKKEEPING_DIR = ".sweep"
 SLACK_WINDOW = 1e-6
 """W: the stored `slack` and `content_gap` (`workers.exact.equality.EqualityResult`) are exact up to
@@ -225,6 +233,26 @@ def model_arrays(*, n_inputs: int, shard_size: int, n_layers: int, n_heads: int,
     for name, var in RESULT_VARS.items():
         out[f"{RESULTS_GROUP}/{name}"] = (var, (n, n_layers, h, s), (shard_size, n_layers, h, s))
     return out
+
+
+COMPACT_CHUNK_CELLS = 1 << 17
+"""Cells (input x layer x head x token_set) of one chunk of a compacted result array: 1 MiB of
+float64, what one read decodes."""
+COMPACT_SHARD_CELLS = 1 << 23
+"""Cells of one object (a shard of chunks) of a compacted result array: 64 MiB of float64, so a
+50,000-input model of 24 layers x 3 token sets is one object per variable."""
+COMPACT_SEPARATOR = "."  # chunk keys of a compacted array (`c.0.0.0.0`): never a per-shard key
+
+
+def compact_chunks(shape: tuple[int, ...]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(chunk shape, shard shape) of a compacted result array of `shape` (input first): whole
+    rows of inputs, COMPACT_CHUNK_CELLS per chunk and COMPACT_SHARD_CELLS per shard at most (one
+    input at least), the shard a whole number of chunks."""
+    n, rest = shape[0], tuple(shape[1:])
+    per_input = max(1, int(np.prod(rest, dtype=np.int64)))
+    chunk = max(1, min(n, COMPACT_CHUNK_CELLS // per_input))
+    chunks_per_shard = max(1, min(-(-n // chunk), COMPACT_SHARD_CELLS // (chunk * per_input)))
+    return (chunk, *rest), (chunk * chunks_per_shard, *rest)
 
 
 def matched_arrays(*, n_nulls: int, n_sets: int, n_chunks: int) -> dict[str, Shaped]:

@@ -152,10 +152,15 @@ def chunk(store: Path, array: str, *coords: int) -> Path:
     return store / array / "c" / "/".join(str(c) for c in coords)
 
 
+def compacted(store: Path, array: str) -> Path:
+    """The one object of a finished model's result array (`storage.compaction`)."""
+    return store / array / "c.0.0.0.0"
+
+
 def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, capsys):
     folder = copy_of(reference, tmp_path)
     store = folder / "sweep.zarr"
-    chunk(store, "rob/results/kappa", 0, 0, 0, 0).unlink()  # deleted
+    compacted(store, "rob/results/kappa").unlink()  # deleted: every shard's results
     attention = chunk(store, "rob/attention", 2, 0, 0, 0, 0)
     attention.write_bytes(attention.read_bytes()[:10])  # truncated
     n_tokens = chunk(store, "rob/n_tokens", 2)
@@ -163,7 +168,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     n_tokens.write_bytes(rng.bytes(n_tokens.stat().st_size))  # garbage, same size
     assert main(["status", str(store), "--verify"]) == 4
     out = capsys.readouterr().out
-    assert "damaged rob test-00000: rob/results/kappa; rerun `sweep run`" in out
+    assert "damaged rob compact: rob/results/kappa; rerun `sweep run`" in out
     assert "damaged rob extract-00001: rob/attention;" in out
     assert "damaged rob extract-00002: rob/n_tokens;" in out
     before = tree_digest(store)
@@ -174,7 +179,7 @@ def test_damaged_chunks_are_found_reported_and_repaired(tmp_path, reference, cap
     assert main(["run", str(folder / "sweep.yaml"), "--in-process", "--no-progress"]) == 0
     assert "5 tasks completed, 1 already done" in capsys.readouterr().out
     assert_same_arrays(store_arrays(reference / "sweep.zarr"), store_arrays(store))
-    margin = chunk(store, "rob/results/holds", 1, 0, 0, 0)
+    margin = compacted(store, "rob/results/holds")
     margin.write_bytes(rng.bytes(margin.stat().st_size))  # garbage only: found when decoding
     assert main(["report", str(store)]) == 4
     line = one_stderr_line(capsys.readouterr().err)
@@ -331,7 +336,7 @@ def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
     a truncated or a resized chunk, and a model group deleted whole (issue 22, items 6 and 7)."""
     folder = copy_of(reference, tmp_path)
     store = folder / "sweep.zarr"
-    chunk(store, "rob/results/kappa", 0, 0, 0, 0).unlink()  # deleted
+    compacted(store, "rob/results/kappa").unlink()  # deleted
     attention = chunk(store, "rob/attention", 2, 0, 0, 0, 0)
     attention.write_bytes(attention.read_bytes()[:10])  # truncated
     before = tree_digest(store)
@@ -340,7 +345,7 @@ def test_plain_status_finds_damage_and_a_deleted_group_in_one_line_each(
     damaged = [line for line in captured.out.splitlines() if line.startswith("damaged")]
     assert damaged == [
         "damaged rob extract-00001: rob/attention; rerun `sweep run` to recompute",
-        "damaged rob test-00000: rob/results/kappa; rerun `sweep run` to recompute"]
+        "damaged rob compact: rob/results/kappa; rerun `sweep run` to recompute"]
     assert captured.err == "" and tree_digest(store) == before  # status writes nothing
     shutil.rmtree(store / "rob")  # the whole model group
     assert main(["status", str(store)]) == 4

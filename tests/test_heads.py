@@ -16,7 +16,13 @@ import zarr
 from storage import markers
 from storage.errors import InputError
 from storage.integrity import checksums
-from storage.layout import LEGACY_ATTENTION_DIMS, LEGACY_RESULT_DIMS, RESULT_VARS, RESULTS_GROUP
+from storage.layout import (
+    COMPACT_STAGE,
+    LEGACY_ATTENTION_DIMS,
+    LEGACY_RESULT_DIMS,
+    RESULT_VARS,
+    RESULTS_GROUP,
+)
 from storage.markers import marker_name
 from storage.query import holding_rates, open_results
 from sweep.cli.entry import main
@@ -74,7 +80,8 @@ def test_heads_each_stores_every_head_of_every_layer(store):
     assert each["attention"].chunks == (1, 2, 4, 17, 17)  # one input per chunk
     for var in RESULT_VARS:
         assert each[RESULTS_GROUP][var].shape == (3, 2, 4, 2)  # (input, layer, head, token_set)
-        assert each[RESULTS_GROUP][var].chunks == (2, 2, 4, 2)  # one shard per chunk
+        assert each[RESULTS_GROUP][var].shards == (3, 2, 4, 2)  # finished: one object
+        # (storage.compaction; one chunk per shard of 2 while it was tested)
     rows = each["attention"][...].astype(np.float64).sum(-1)
     np.testing.assert_allclose(rows, 1.0, atol=1e-5)  # each head's rows are stochastic
 
@@ -227,8 +234,9 @@ def _to_legacy(store: Path, keep_shards: int | None = None) -> None:
         del group["head"]
         del group.attrs["n_heads"]
         _squeeze(group, "attention", LEGACY_ATTENTION_DIMS, stop)
-        for var in RESULT_VARS:
-            _squeeze(group[RESULTS_GROUP], var, LEGACY_RESULT_DIMS, stop)
+        for var in RESULT_VARS:  # one chunk per shard, as results were before compaction
+            _squeeze(group[RESULTS_GROUP], var, LEGACY_RESULT_DIMS, stop, rows=size)
+        markers.clear(store, name, COMPACT_STAGE)  # stores then were never compacted
         if keep_shards is None:
             continue
         for shard in range(group.attrs["n_shards"]):
@@ -243,10 +251,11 @@ def _to_legacy(store: Path, keep_shards: int | None = None) -> None:
                 markers.mark_done(store, name, marker_name(stage, shard), checksums(store, files))
 
 
-def _squeeze(group: zarr.Group, name: str, dims: tuple[str, ...], stop: int | None) -> None:
+def _squeeze(group: zarr.Group, name: str, dims: tuple[str, ...], stop: int | None,
+             rows: int | None = None) -> None:
     old = group[name]
     values = old[...][:, :, 0]
-    chunks = old.chunks[:2] + old.chunks[3:]
+    chunks = (rows or old.chunks[0],) + old.chunks[1:2] + old.chunks[3:]
     fill, attributes = old.fill_value, dict(old.attrs)
     del group[name]
     new = group.create_array(name, shape=values.shape, chunks=chunks, dtype=values.dtype,

@@ -25,7 +25,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.terminal": ["faults interrupts progress quiet_logs", "*"],
     "sweep.config": ["yaml_io", "schema", "controls seeds checkpoints", "load", "*"],
     "sweep.clusters": ["config", "masking local slurm kubernetes", "shapes", "client", "*"],
-    "sweep.driver": ["devices weights plan", "balance bounded freshness", "token_fit",
+    "sweep.driver": ["devices weights plan", "balance bounded compaction freshness", "token_fit",
                      "preflight", "runner", "graph", "*"],
     "sweep.report": ["controls nulls precision readings seeds", "training intervals",
                      "findings", "tables", "html plots precision_flips", "*"],

@@ -352,7 +352,8 @@ def _model_dataset(name: str, group: zarr.Group, path: str) -> xr.Dataset:
             continue  # written before the variable existed
         stored = Var(LEGACY_RESULT_DIMS, spec.dtype, spec.fill, spec.doc) if legacy else spec
         array = _array(results, var, stored, f"{where}/{RESULTS_GROUP}")
-        values = da.from_zarr(array)
+        values = da.from_zarr(array, chunks=array.shards or array.chunks)  # compacted:
+        # one dask chunk per object
         if legacy:
             values = values[:, :, None, :]  # (input, layer, head, token_set): the mean head
         if values.shape != expected:

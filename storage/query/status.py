@@ -6,7 +6,9 @@ and is listed in `damaged` with the damaged chunks; a metadata document that is 
 layout says (`storage.integrity.metadata_damage`) is a `metadata` entry of its model (or the
 baseline), and a group whose own document is damaged is that entry alone. A
 store whose creation never finished (no `config` root attribute: the driver writes it last)
-raises StoreDamagedError instead of showing an empty table.
+raises StoreDamagedError instead of showing an empty table. A model whose results were compacted
+(`storage.compaction`) has a `compact` entry: its marker vouches for the compacted objects, and
+its test markers for its results no more (`storage.integrity.still_vouched`).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from storage.integrity import FULL, MARKERS, STAT, metadata_damage, scan_store
 from storage.layout import (
     BASELINE_GROUP,
     BASELINE_STAGE,
+    COMPACT_STAGE,
     NULLS_GROUP,
     NULLS_STAGE,
     PREPARE_STAGE,
@@ -102,6 +105,8 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
             out.append(_count(index, model, stage, names, damaged))
+        if index.done(model, COMPACT_STAGE):  # its results as a few objects (storage.compaction)
+            out.append(_count(index, model, COMPACT_STAGE, [COMPACT_STAGE], damaged))
         if f"{model}/{NULLS_GROUP}" not in touched and NULLS_GROUP in root[model]:
             group = root[model][NULLS_GROUP]
             chunks = range(group["holding"].shape[-1])

@@ -29,10 +29,12 @@ from storage.integrity import (
     MARKERS,
     STAT,
     check_chunks,
+    compacted_scopes,
     data_listing,
     expected_arrays,
     metadata_damage,
     parse_marker,
+    still_vouched,
 )
 from storage.layout import BASELINE_GROUP, NULLS_GROUP, RESULTS_GROUP
 from storage.store import group_attrs, location_of, open_root, recreate_array, recreate_group
@@ -128,9 +130,11 @@ def damaged_tasks(plan: SweepPlan, *, verify: bool = False,
     listing = data_listing(location)
     listing.update(location.listing(MARKERS))
     out = []
+    compacted = compacted_scopes(index.keys)  # their results: `storage.compaction` checks them
     for task, key in zip(done, keys, strict=True):
         data = texts[key]
         vouched = None if data is None else parse_marker(data, key)
+        vouched = still_vouched(key[len(MARKERS):], vouched, compacted)
         if not vouched:
             continue
         check = check_chunks(location, vouched, depth=FULL if verify else STAT, listing=listing)

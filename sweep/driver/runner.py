@@ -33,6 +33,7 @@ from storage.store import (
     write_root_attrs,
 )
 from sweep.config.schema import SweepConfig
+from sweep.driver import compaction
 from sweep.driver.bounded import check_attention_change, finish_drops, reextractions
 from sweep.driver.freshness import (
     damaged_tasks,
@@ -371,9 +372,11 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
     the failed marker is written.
     """
     try:  # the start-up check (a --verify re-hash reads the whole store) and finished drops
+        compaction.settle(plan, verify=verify)
         pending = pending_tasks(plan, verify=verify, reextract=reextract)
         keys = {t.key for t in pending}
         finish_drops(plan, markers.MarkerIndex(plan.config.store_ref), keys)
+        compaction.expand(plan, pending)
     except KeyboardInterrupt:
         raise interrupted_run(plan, None) from None
     summary = RunSummary(skipped=[t.key for t in plan.tasks if t.key not in keys])
@@ -398,7 +401,12 @@ def execute_plan(plan: SweepPlan, executor: Executor, *, progress: bool = True,
                 markers.mark_failed(task.store, task.scope, task.marker, error)
             except OSError as caught:  # the task's own error says more: reported first
                 unwritten = unwritten or caught
-    if unwritten is None:  # no task runs any more: the metadata is final, readers get one copy
+    if unwritten is None:  # no task runs any more: finished models' results become few
+        # objects, the metadata is final, readers get one copy
+        try:
+            compaction.compact(plan)
+        except KeyboardInterrupt:
+            raise interrupted_run(plan, len(summary.skipped)) from None
         consolidate(plan.config.store_ref)
     raised = getattr(executor, "raised", None)
     if raised is not None:
