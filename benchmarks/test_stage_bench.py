@@ -27,7 +27,7 @@ restriction within 3x, read within 2x, rollout kappa within 1x):
   kappa is computed on (every layer: the check part itself).
 
     PYTHONPATH=. python benchmarks/test_stage_bench.py [--rounds 5] [--cases vit-b,dinov2-l-reg]
-        [--rollout every] [--no-cdist]
+        [--rollout every] [--no-cdist] [--rollout-device]
         [--store s3://bucket/prefix --endpoint-url http://127.0.0.1:8333]
 
 `--store`: where the shard's store lives (default: a temporary local folder); an object store
@@ -52,8 +52,13 @@ from stage_vs_tree import write_test_shard
 
 from storage.location import StoreRef, locate
 from storage.store import (
+    create_root,
+    ensure_model,
     open_model,
+    write_attention,
+    write_device_rollout,
     write_results,
+    write_tokens,
 )
 from sweep.driver.plan import TestTask
 from workers.exact import pruned
@@ -62,7 +67,13 @@ from workers.exact.radius import screened_radius
 from workers.exact.readings import attaining_kinds
 from workers.exact.scratch import scratch
 from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
-from workers.tasks import ROLLOUT_MODES, evaluate_shard, run_test, shard_attention
+from workers.tasks import (
+    ROLLOUT_MODES,
+    evaluate_shard,
+    rollout_on_device,
+    run_test,
+    shard_attention,
+)
 
 TOKEN_SETS = ("all", "content")
 
@@ -269,14 +280,41 @@ def cdist_function(case: Case) -> Callable[[], object]:
     return run
 
 
+def device_rollout_shard(store: StoreRef, case: Case, rollout: str) -> TestTask:
+    """The case's shard with the rollout's kappa already stored, as extraction stores it under
+    `rollout_device: extraction` (computed here with torch on the CPU, before any timing): the
+    test task then runs no rollout products."""
+    n, layers, t_max = case.attention.shape[:3]
+    locate(store).delete_prefix("")
+    root = create_root(store)
+    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
+                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={},
+                 device_rollout=True)
+    root.attrs["models"] = ["m"]
+    group = open_model(store, "m", mode="r+")
+    attention = case.attention[:, :, None]  # one head: averaged
+    n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
+    write_attention(group, 0, attention)
+    write_tokens(group, 0, n_tokens, case.token_kind)
+    write_device_rollout(group, 0, rollout_on_device(attention, n_tokens, case.token_kind,
+                                                     TOKEN_SETS, rollout, "cpu"))
+    return TestTask(key="test-m-00000", store=store, model="m", shard=0, start=0, stop=n,
+                    token_sets=TOKEN_SETS, tol=1e-12, rollout=rollout, device_rollout=True)
+
+
 def bench(case: Case, rounds: int, rollout: str, store: str | None,
-          options: dict[str, str], cdist: bool = True) -> None:
+          options: dict[str, str], cdist: bool = True, device_rollout: bool = False) -> None:
     n = case.attention.shape[0]
     with tempfile.TemporaryDirectory() as tmp:
         where = StoreRef.of(store or str(Path(tmp) / "store.zarr"), options)
         task = write_shard(where, case)
         task = TestTask(**{**task.__dict__, "rollout": rollout})
-        funcs = {"stage": lambda: run_test(task),
+        extra = {}
+        if device_rollout:
+            moved = device_rollout_shard(StoreRef.of(str(Path(tmp) / "device.zarr")), case,
+                                         rollout)
+            extra = {"stage, rollout_device: extraction": lambda: run_test(moved)}
+        funcs = {"stage": lambda: run_test(task), **extra,
                  **({"cdist": cdist_function(case)} if cdist else {}),
                  **part_functions(case, task, rollout),
                  **{f"floor:{name}": fn
@@ -290,12 +328,17 @@ def bench(case: Case, rounds: int, rollout: str, store: str | None,
                 best[name] = (min(best[name][0], wall), min(best[name][1], cpu))
         locate(where).delete_prefix("")
     stage_wall, stage_cpu = best["stage"]
-    parts = [p for p in funcs if p not in ("stage", "cdist") and not p.startswith("floor:")]
+    parts = [p for p in funcs if p not in ("stage", "cdist", *extra)
+             and not p.startswith("floor:")]
     parts_cpu = sum(best[p][1] for p in parts)
     print(f"\n{case.name}: {n} inputs, rollout {rollout}, best of {rounds}, store "
           f"{store or 'a local folder'}")
     print(f"  test stage: {1e3 * stage_wall / n:.2f} ms wall, {1e3 * stage_cpu / n:.2f} ms CPU "
           f"per input")
+    for name in extra:
+        wall, cpu = best[name]
+        print(f"  test stage, rollout_device: extraction (no products): {1e3 * wall / n:.2f} ms "
+              f"wall, {1e3 * cpu / n:.2f} ms CPU per input ({cpu / stage_cpu:.2f}x the stage)")
     if cdist:
         cdist_wall, cdist_cpu = best["cdist"]
         print(f"  torch.cdist(p=1), same matrices: {1e3 * cdist_wall / n:.2f} ms wall, "
@@ -326,12 +369,15 @@ def main() -> None:
     parser.add_argument("--endpoint-url", help="an S3-compatible server for an s3:// --store")
     parser.add_argument("--cdist", action=argparse.BooleanOptionalAction, default=True,
                         help="time torch.cdist on the same matrices (at T = 1370: 30 s a round)")
+    parser.add_argument("--rollout-device", action="store_true",
+                        help="also the stage with the rollout's kappa stored by extraction")
     args = parser.parse_args()
     options = {"endpoint_url": args.endpoint_url} if args.endpoint_url else {}
     print(f"torch threads {torch.get_num_threads()}")
     for name in args.cases.split(","):
         store = f"{args.store.rstrip('/')}/{name}.zarr" if args.store else None
-        bench(CASES[name](args.inputs), args.rounds, args.rollout, store, options, args.cdist)
+        bench(CASES[name](args.inputs), args.rounds, args.rollout, store, options, args.cdist,
+              args.rollout_device)
 
 
 if __name__ == "__main__":
