@@ -113,15 +113,15 @@ def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
     checkpoint = spec.options.get("checkpoint")
     keep = set(spec.options.get("keep_epochs", ())) | ({checkpoint} if checkpoint is not None
                                                        else set())
-    epochs = {e: _read_epoch(location, epoch_key(key, e)) for e in keep}
+    epochs = {e: read_weights(location, epoch_key(key, e)) for e in keep}
     if cached is None or any(state is None for state in epochs.values()):
         kept: dict[int, dict[str, torch.Tensor]] = {}
         state, record = train(spec, table, kept) if keep else train(spec, table)
         for epoch, weights in kept.items():
             if epochs.get(epoch) is None:
-                location.write(epoch_key(key, epoch), _safetensors(weights, table))
-        location.write(_record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
-        location.write(key, _safetensors(state, table))
+                location.write(epoch_key(key, epoch), weights_bytes(weights, table))
+        location.write(record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
+        location.write(key, weights_bytes(state, table))
         cached, epochs = (state, record), {**epochs, **kept}
     if checkpoint is None:
         return cached
@@ -137,12 +137,14 @@ def epoch_key(key: str, epoch: int) -> str:
     return key.removesuffix(".safetensors") + f".epoch-{epoch}.safetensors"
 
 
-def _safetensors(state: dict[str, torch.Tensor], table: Table) -> bytes:
+def weights_bytes(state: dict[str, torch.Tensor], table: Table) -> bytes:
+    """Weights as cached: safetensors, with the table's fingerprint (the digits ViT's too)."""
     return save({k: v.contiguous() for k, v in state.items()},
                 metadata={"table": table.fingerprint})
 
 
-def _read_epoch(location: Location, key: str) -> dict[str, torch.Tensor] | None:
+def read_weights(location: Location, key: str) -> dict[str, torch.Tensor] | None:
+    """Cached weights `key`, None when absent; StoreDamagedError when they do not load."""
     data = location.read(key)
     if data is None:
         return None
@@ -154,7 +156,8 @@ def _read_epoch(location: Location, key: str) -> dict[str, torch.Tensor] | None:
                                 f"train it again") from None
 
 
-def _record_key(key: str) -> str:
+def record_key(key: str) -> str:
+    """The name of the training record beside the best weights `key`."""
     return key.removesuffix(".safetensors") + ".json"
 
 
@@ -168,11 +171,11 @@ def read_checkpoint(location: Location,
     where = f"{str(location).rstrip('/')}/{key}"
     try:
         state = load(data)
-        record = json.loads(location.read(_record_key(key)) or b"")
+        record = json.loads(location.read(record_key(key)) or b"")
     except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
         raise StoreDamagedError(
             f"cached checkpoint {where} is truncated or corrupt ({type(error).__name__}); "
-            f"delete it and {_record_key(key)} to train it again"
+            f"delete it and {record_key(key)} to train it again"
         ) from None
     return state, record
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load, save
 
 from storage.errors import InputError, StoreDamagedError
 from storage.location import Location, StoreLike, locate
@@ -32,6 +31,7 @@ from workers.inputs import Dataset, Table
 from workers.models.determinism import TORCH_THREADS
 from workers.models.extraction import Batch
 from workers.models.ft_data import model_rows  # the FT models' test rows
+from workers.models.ft_transformer import epoch_key, read_weights, record_key, weights_bytes
 from workers.models.registry import ModelSpec
 from workers.models.timm_ import VisionTransformerExtractor, prefix_kinds
 from workers.models.token_layout import TokenLayout
@@ -57,15 +57,6 @@ def checkpoint_key(spec: ModelSpec, table: Table) -> str:
     return f"vit-trained-{hashlib.sha256(key.encode()).hexdigest()[:16]}.safetensors"
 
 
-def epoch_key(key: str, epoch: int) -> str:
-    """The name of the weights after `epoch` of the training whose best weights are `key`."""
-    return key.removesuffix(".safetensors") + f".epoch-{epoch}.safetensors"
-
-
-def record_key(key: str) -> str:
-    return key.removesuffix(".safetensors") + ".json"
-
-
 def kept_epochs(spec: ModelSpec) -> set[int]:
     """The epochs `spec`'s training keeps: option `keep_epochs` and its own `checkpoint`."""
     checkpoint = spec.options.get("checkpoint")
@@ -83,36 +74,18 @@ def ensure_checkpoint(spec: ModelSpec, dataset: Dataset | None,
         raise InputError(f"model {spec.name!r} is a random-init control: it has no checkpoint")
     location, key = locate(cache), checkpoint_key(spec, table)
     keep = kept_epochs(spec)
-    best, record = _read(location, key), _read_record(location, key)
-    epochs = {e: _read(location, epoch_key(key, e)) for e in keep}
+    best, record = read_weights(location, key), _read_record(location, key)
+    epochs = {e: read_weights(location, epoch_key(key, e)) for e in keep}
     if best is None or record is None or any(state is None for state in epochs.values()):
         best, trained, record = train(spec, table, keep)
         for epoch, state in trained.items():
             if epochs.get(epoch) is None:
-                location.write(epoch_key(key, epoch), _bytes(state, table))
+                location.write(epoch_key(key, epoch), weights_bytes(state, table))
         epochs = trained
         location.write(record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
-        location.write(key, _bytes(best, table))
+        location.write(key, weights_bytes(best, table))
     checkpoint = spec.options.get("checkpoint")
     return (best if checkpoint is None else epochs[checkpoint]), record
-
-
-def _bytes(state: State, table: Table) -> bytes:
-    return save({k: v.contiguous() for k, v in state.items()},
-                metadata={"table": table.fingerprint})
-
-
-def _read(location: Location, key: str) -> State | None:
-    """Cached weights `key`, None when absent; StoreDamagedError when they do not load."""
-    data = location.read(key)
-    if data is None:
-        return None
-    try:
-        return load(data)
-    except Exception as error:  # noqa: BLE001 - safetensors raises its own error types
-        raise StoreDamagedError(
-            f"cached checkpoint {str(location).rstrip('/')}/{key} is truncated or corrupt "
-            f"({type(error).__name__}); delete it to train it again") from None
 
 
 def _read_record(location: Location, key: str) -> dict[str, Any] | None:
