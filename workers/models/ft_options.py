@@ -27,6 +27,7 @@ Optional (no default; a sweep's `checkpoints:` sets them, docs/training.md):
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from storage.errors import InputError
@@ -58,27 +59,42 @@ def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
 
     `name` is the model's name, for the message.
     """
-    unknown = sorted(set(options) - set(DEFAULTS) - set(OPTIONAL))
-    if unknown:
-        raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(DEFAULTS)}")
-    config = {**DEFAULTS, **options}
-    for key, value in config.items():
-        rule = _rule(key, value)
-        if rule:
-            raise InputError(f"model {name!r}: option {key}={value!r} must be {rule}")
-    if "keep_epochs" in config:
-        config["keep_epochs"] = tuple(sorted(set(config["keep_epochs"])))
-    late = [e for e in [*config.get("keep_epochs", ()), config.get("checkpoint") or 0]
-            if e > config["max_epochs"]]
-    if late:
-        raise InputError(f"model {name!r}: checkpoint epoch {late[0]} is past the last epoch "
-                         f"trained (max_epochs={config['max_epochs']})")
+    config = filled(name, options, DEFAULTS, _rule, OPTIONAL)
+    check_epochs(name, config, "max_epochs")
     if config["last_block"] == "skip" and config["n_blocks"] < 2:
         raise InputError(
             f"model {name!r}: option last_block='skip' needs n_blocks >= 2 (it would leave no "
             f"layer to measure); use n_blocks >= 2 or last_block: full"
         )
     return config
+
+
+def filled(name: str, options: dict[str, Any], defaults: dict[str, Any],
+           rule: Callable[[str, Any], str | None],
+           optional: Iterable[str] = ()) -> dict[str, Any]:
+    """`options` over `defaults`, each value checked by `rule` (the rule it breaks, or None);
+    InputError names an unknown option or the first bad value (a model trained here)."""
+    unknown = sorted(set(options) - set(defaults) - set(optional))
+    if unknown:
+        raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(defaults)}")
+    config = {**defaults, **options}
+    for key, value in config.items():
+        broken = rule(key, value)
+        if broken:
+            raise InputError(f"model {name!r}: option {key}={value!r} must be {broken}")
+    return config
+
+
+def check_epochs(name: str, config: dict[str, Any], last: str) -> None:
+    """`keep_epochs` made a sorted tuple without repeats (in place); InputError when it or
+    `checkpoint` names an epoch past option `last` (the last epoch trained)."""
+    if "keep_epochs" in config:
+        config["keep_epochs"] = tuple(sorted(set(config["keep_epochs"])))
+    late = [e for e in [*config.get("keep_epochs", ()), config.get("checkpoint") or 0]
+            if e > config[last]]
+    if late:
+        raise InputError(f"model {name!r}: checkpoint epoch {late[0]} is past the last epoch "
+                         f"trained ({last}={config[last]})")
 
 
 def _rule(key: str, value: Any) -> str | None:

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from storage.errors import InputError
+from workers.models.ft_options import check_epochs, filled
 
 SPLITS = ("test", "all")
 IMAGE_SIDE = 8  # scikit-learn's digits
@@ -50,25 +51,14 @@ DEFAULTS: dict[str, Any] = {
 def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Every option filled in from `DEFAULTS` and checked; InputError names the first bad one.
     `keep_epochs` comes back a sorted tuple, without repeats."""
-    unknown = sorted(set(options) - set(DEFAULTS))
-    if unknown:
-        raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(DEFAULTS)}")
-    config = {**DEFAULTS, **options}
-    for key, value in config.items():
-        rule = _rule(key, value)
-        if rule:
-            raise InputError(f"model {name!r}: option {key}={value!r} must be {rule}")
-    config["keep_epochs"] = tuple(sorted(set(config["keep_epochs"])))
+    config = filled(name, options, DEFAULTS, _rule)
     if config["embed_dim"] % config["num_heads"]:
         raise InputError(f"model {name!r}: option embed_dim={config['embed_dim']} must be a "
                          f"multiple of num_heads={config['num_heads']}")
     if IMAGE_SIDE % config["patch_size"]:
         raise InputError(f"model {name!r}: option patch_size={config['patch_size']} must divide "
                          f"the image side ({IMAGE_SIDE} px)")
-    late = [e for e in [*config["keep_epochs"], config["checkpoint"] or 0] if e > config["epochs"]]
-    if late:
-        raise InputError(f"model {name!r}: checkpoint epoch {late[0]} is past the last epoch "
-                         f"trained (epochs={config['epochs']})")
+    check_epochs(name, config, "epochs")
     return config
 
 
