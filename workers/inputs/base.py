@@ -127,3 +127,26 @@ def open_dataset(spec: DatasetSpec) -> Dataset:
         raise InputError(f"dataset kind {spec.kind!r} is unknown: use one of {sorted(KINDS)}")
     module, opener = KINDS[spec.kind]
     return getattr(importlib.import_module(module), opener)(spec)
+
+
+class TableRows(Dataset):
+    """Inputs that are rows of a `table` (which also holds the rows not measured): `row_ids`
+    names every table row; `rows` (default: all, in order) picks the rows this dataset's inputs
+    are, in that order (then `limit` keeps the first N of them)."""
+
+    def __init__(self, spec: DatasetSpec, row_ids: Sequence[str], table: Table,
+                 rows: Sequence[int] | None = None) -> None:
+        self.row_ids = tuple(row_ids)
+        order = np.arange(len(self.row_ids)) if rows is None else np.asarray(rows, np.int64)
+        super().__init__(spec, [self.row_ids[r] for r in order])
+        self._rows = order[: len(self.ids)]
+        self._table = table
+
+    @property
+    def table(self) -> Table:
+        return self._table
+
+    @property
+    def rows(self) -> np.ndarray:
+        """The table row of each input, in input order: (inputs,) int64."""
+        return self._rows.copy()

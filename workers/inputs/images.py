@@ -11,7 +11,7 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 from storage.errors import InputError
-from workers.inputs.base import Dataset, DatasetSpec, Table
+from workers.inputs.base import Dataset, DatasetSpec, Table, TableRows
 
 SAMPLE_SOURCE = "sklearn:sample_images"
 DIGITS_SOURCE = "sklearn:digits"  # with `kind: image`: the 1,797 digits as 8 x 8 greyscale images
@@ -134,7 +134,7 @@ def digit_pixels(row: np.ndarray) -> np.ndarray:
     return np.rint(levels * 255.0 / DIGIT_LEVELS).astype(np.uint8)
 
 
-class DigitImages(Dataset):
+class DigitImages(TableRows):
     """scikit-learn's digits (offline), each row an 8 x 8 greyscale PIL image; `table` holds every
     row with its label (what a model trained on the digits learns from).
 
@@ -146,11 +146,8 @@ class DigitImages(Dataset):
     kind = "image"
 
     def __init__(self, spec: DatasetSpec, table: Table, rows: Sequence[int] | None = None) -> None:
-        self.row_ids = tuple(f"digit-{k:04d}-label{int(y)}" for k, y in enumerate(table.target))
-        order = np.arange(len(self.row_ids)) if rows is None else np.asarray(rows, np.int64)
-        super().__init__(spec, [self.row_ids[r] for r in order])
-        self._rows = order[: len(self.ids)]
-        self._table = table
+        ids = [f"digit-{k:04d}-label{int(y)}" for k, y in enumerate(table.target)]
+        super().__init__(spec, ids, table, rows)
 
     @classmethod
     def open(cls, spec: DatasetSpec) -> DigitImages:
@@ -159,15 +156,6 @@ class DigitImages(Dataset):
 
         tabular = DatasetSpec(kind="tabular", source=DIGITS_SOURCE)
         return cls(spec, open_tabular(tabular).table)
-
-    @property
-    def table(self) -> Table:
-        return self._table
-
-    @property
-    def rows(self) -> np.ndarray:
-        """The table row of each input, in input order: (inputs,) int64."""
-        return self._rows.copy()
 
     def subset(self, rows: Sequence[int]) -> DigitImages:
         """The same digits measured on `rows` only (table rows, in that order; then `limit`)."""

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from storage.errors import InputError
-from workers.inputs.base import Dataset, DatasetSpec, Table
+from workers.inputs.base import Dataset, DatasetSpec, Table, TableRows
 
 BUNDLED = {  # name -> (loader in sklearn.datasets, task); offline
     "breast_cancer": ("load_breast_cancer", "classification"),
@@ -28,7 +28,7 @@ FETCHED = ("california_housing", "adult")  # downloaded by scikit-learn: online 
 MAX_CLASSES = 20
 
 
-class TabularDataset(Dataset):
+class TabularDataset(TableRows):
     """Rows of float64 features; `table` holds every row with its target for training.
 
     `row_ids` names every row of the table; `rows` (default: all, in order) picks the table rows
@@ -41,20 +41,7 @@ class TabularDataset(Dataset):
                  rows: Sequence[int] | None = None) -> None:
         if len(row_ids) != len(table.target):
             raise InputError(f"tabular dataset: {len(row_ids)} ids for {len(table.target)} rows")
-        self.row_ids = tuple(row_ids)
-        order = np.arange(len(row_ids)) if rows is None else np.asarray(rows, dtype=np.int64)
-        super().__init__(spec, [self.row_ids[r] for r in order])
-        self._rows = order[: len(self.ids)]
-        self._table = table
-
-    @property
-    def table(self) -> Table:
-        return self._table
-
-    @property
-    def rows(self) -> np.ndarray:
-        """The table row of each input, in input order: (inputs,) int64."""
-        return self._rows.copy()
+        super().__init__(spec, row_ids, table, rows)
 
     def subset(self, rows: Sequence[int]) -> TabularDataset:
         """The same table measured on `rows` only (table rows, in that order; then `limit`)."""
