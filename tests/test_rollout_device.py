@@ -12,20 +12,13 @@ import pytest
 import workers.exact.cells
 from storage.layout import DEVICE_ROLLOUT
 from sweep.config.load import load_config, parse_config
-from sweep.driver.plan import ExtractTask, ModelFacts, TestTask, build_plan
+from sweep.driver.plan import ExtractTask, TestTask, build_plan
 from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.store_fixtures import stored_arrays
+from tests.test_rollout_option import CONFIG, FACTS
 from tests.test_sweep_local import write_config
 from workers.exact.device_rollout import kappa_bound, restricted_rollout_kappa
 from workers.exact.equality import restrict_layers, rollout
-
-CONFIG = {
-    "store": "/tmp/never-written.zarr",
-    "shard_size": 4,
-    "datasets": {"photos": {"source": "sklearn:sample_images"}},
-    "models": {"vit": {"source": "tiny-vit", "dataset": "photos"}},
-}
-FACTS = {"vit": ModelFacts.from_counts(tuple(f"img{i}" for i in range(6)), 3, (9,) * 6)}
 
 
 def attention_like(rng: np.random.Generator, layers: int, t: int) -> np.ndarray:
