@@ -67,24 +67,31 @@ def shard(t: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def write_test_shard(store: object, attention: np.ndarray, n_tokens: np.ndarray,
-                     kinds: np.ndarray) -> object:
+                     kinds: np.ndarray, device_kappa: np.ndarray | None = None) -> object:
     """The TestTask of a store (a StoreRef) holding `attention` (input, layer, head, T, T) as one
-    shard of model `m`, written as extraction writes it; only imports every tree here has."""
+    shard of model `m`, written as extraction writes it; only imports every tree here has.
+    `device_kappa`: the rollout's kappa as `rollout_device: extraction` stores it (the task then
+    runs no rollout products)."""
     from storage.location import locate
     from storage.store import create_root, ensure_model, open_model, write_attention, write_tokens
     from workers.task_specs import TestTask
 
+    moved = {} if device_kappa is None else {"device_rollout": True}
     n, layers, t_max = attention.shape[0], attention.shape[1], attention.shape[-1]
     locate(store).delete_prefix("")
     root = create_root(store)
     ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
-                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={})
+                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={}, **moved)
     root.attrs["models"] = ["m"]
     group = open_model(store, "m", mode="r+")
     write_attention(group, 0, attention)
     write_tokens(group, 0, n_tokens, kinds)
+    if device_kappa is not None:
+        from storage.store import write_device_rollout
+
+        write_device_rollout(group, 0, device_kappa)
     return TestTask(key="test-m-00000", store=store, model="m", shard=0, start=0, stop=n,
-                    token_sets=TOKEN_SETS, tol=1e-12)
+                    token_sets=TOKEN_SETS, tol=1e-12, **moved)
 
 
 def task_in_store(t: int, store: str, options: dict[str, str]) -> Callable[[], object]:

@@ -52,13 +52,8 @@ from stage_vs_tree import write_test_shard
 
 from storage.location import StoreRef, locate
 from storage.store import (
-    create_root,
-    ensure_model,
     open_model,
-    write_attention,
-    write_device_rollout,
     write_results,
-    write_tokens,
 )
 from sweep.driver.plan import TestTask
 from workers.exact import pruned
@@ -284,22 +279,11 @@ def device_rollout_shard(store: StoreRef, case: Case, rollout: str) -> TestTask:
     """The case's shard with the rollout's kappa already stored, as extraction stores it under
     `rollout_device: extraction` (computed here with torch on the CPU, before any timing): the
     test task then runs no rollout products."""
-    n, layers, t_max = case.attention.shape[:3]
-    locate(store).delete_prefix("")
-    root = create_root(store)
-    ensure_model(root, "m", input_ids=[f"i{i}" for i in range(n)], n_layers=layers, t_max=t_max,
-                 shard_size=n, token_sets=TOKEN_SETS, attrs={}, fingerprint_inputs={},
-                 device_rollout=True)
-    root.attrs["models"] = ["m"]
-    group = open_model(store, "m", mode="r+")
-    attention = case.attention[:, :, None]  # one head: averaged
     n_tokens = (case.token_kind != TokenKind.PAD).sum(axis=1).astype(np.int32)
-    write_attention(group, 0, attention)
-    write_tokens(group, 0, n_tokens, case.token_kind)
-    write_device_rollout(group, 0, rollout_on_device(attention, n_tokens, case.token_kind,
-                                                     TOKEN_SETS, rollout, "cpu"))
-    return TestTask(key="test-m-00000", store=store, model="m", shard=0, start=0, stop=n,
-                    token_sets=TOKEN_SETS, tol=1e-12, rollout=rollout, device_rollout=True)
+    attention = case.attention[:, :, None]  # one head: averaged
+    kappa = rollout_on_device(attention, n_tokens, case.token_kind, TOKEN_SETS, rollout, "cpu")
+    task = write_test_shard(store, attention, n_tokens, case.token_kind, kappa)
+    return TestTask(**{**task.__dict__, "rollout": rollout})
 
 
 def bench(case: Case, rounds: int, rollout: str, store: str | None,
