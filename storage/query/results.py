@@ -88,8 +88,17 @@ def cells(store: StoreLike, storage_options: dict | None = None,
     """Every cell of a store across models as one lazy Dataset along `cell`
     (`storage.query.tidy.tidy_cells`): coordinates model, input, layer, relative_depth, head,
     token_set; every result variable and `n_tokens`. `store` and `storage_options` as for
-    `open_results`; `models` picks some (default: all, in the store's order)."""
-    return tidy_cells(open_results(store, storage_options), models)
+    `open_results`; `models` picks some, in their order (default: all, in the store's order).
+
+    `model` is a pandas categorical whose categories are the models in that order, so
+    `.groupby("model")` keeps it (the store's: a model's checkpoints by epoch, then the model,
+    then its control: `vit@seed0@epoch0`, `vit@seed0@epoch5`, `vit@seed0@epoch20`,
+    `vit@seed0`, `vit@seed0@random-init`) rather than sorting the names as text."""
+    tree = open_results(store, storage_options)
+    order = model_names(tree) if models is None else list(dict.fromkeys(models))
+    tidy = tidy_cells(tree, order)
+    return tidy.assign_coords(model=("cell", pd.Categorical(tidy["model"].values,
+                                                            categories=order)))
 
 
 def holding_rates(

@@ -411,7 +411,8 @@ BOOTSTRAPPED_TABLES = ("summary", "controls", "nulls", "intervals")
 """The tables whose intervals `--ci bootstrap` makes by the cluster bootstrap over inputs; the
 others keep Wilson intervals (their records say `ci_method: wilson`)."""
 
-RENDERERS = {"md": render_markdown, "csv": render_csv, "json": render_json}
+RENDERERS = {"text": render_markdown, "json": render_json, "csv": render_csv}
+"""The renderers by `--format` name (`text`: the Markdown document)."""
 
 
 def _models_with(tree: xr.DataTree, token_sets: tuple[str, ...]) -> list[str]:

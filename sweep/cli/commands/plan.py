@@ -22,6 +22,7 @@ from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
 from storage.location import locate
 from storage.store import redacted
+from sweep.cli.outputs import add_format_argument
 from sweep.clusters.config import load_cluster_config
 from sweep.config.load import default_config_path, load_config
 from sweep.config.schema import SweepConfig
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also the resolved config, every model's attention peak, the "
                         "cluster's scripts or manifests and the cost constants' sources")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
+    add_format_argument(parser, ("text", "json"),
                         help="json: the same data as one JSON object on stdout")
     parser.set_defaults(func=plan)
 

@@ -1,4 +1,4 @@
-"""`sweep report STORE [--format md|csv|json] [--html FILE] [--plots DIR] [--tol T]
+"""`sweep report STORE [--format text|csv|json] [--html FILE] [--plots DIR] [--tol T]
 [--ci bootstrap|wilson] [--resamples N] [--seed S]`: the study's tables, in the terminal or as
 one self-contained HTML page."""
 
@@ -14,7 +14,7 @@ from storage.integrity import SIZE, check_metadata, damage_message, scan_store
 from storage.location import StoreLike, locate
 from storage.store import open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
-from sweep.cli.outputs import check_writable_folder
+from sweep.cli.outputs import add_format_argument, check_writable_folder
 from sweep.cli.report_cache import ReportCache, entry_key
 from sweep.terminal.printable import printable
 
@@ -24,14 +24,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     `sweep.report` itself loads pandas, which a cached report does not need)."""
     parser = subparsers.add_parser(
         "report",
-        description="Print the study's tables (headline, per layer, depth, special tokens, "
-        "baseline, whole rollout) for a sweep store, partial or complete.",
+        description="Print the study's report for a sweep store, partial or complete, section "
+        f"by section: {'; '.join(name for name, _ in SECTIONS)}.",
     )
     add_store_argument(parser)
-    parser.add_argument("--format", choices=FORMATS,
-                        help="md (the default without --html): all sections; csv: the per-layer "
-                        "rates; json: one object (rates, summary, baseline and the other "
-                        "sections)")
+    add_format_argument(parser, FORMATS, default=None,
+                        help="text (the default without --html): every section, in Markdown; "
+                        "csv: the per-layer rates; json: one object (rates, summary, baseline "
+                        "and the other sections)")
     parser.add_argument("--html", metavar="FILE", type=Path,
                         help="write the whole report with its figures as one self-contained HTML "
                         "page (opens offline); stdout then carries --format only if given")
@@ -60,7 +60,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-FORMATS = ("csv", "json", "md")
+SECTIONS = (
+    ("headline findings", "Headline findings"),
+    ("1. headline rates, beside size-matched nulls", "1. Headline"),
+    ("controls (each model against its random initialisation)", "Controls"),
+    ("seeds (the rate across training seeds)", "Seeds"),
+    ("2. per layer (and per head)", "2. Per layer"),
+    ("3. depth", "3. Depth"),
+    ("4. special tokens", "4. Special tokens"),
+    ("5. baseline", "5. Baseline"),
+    ("6. whole rollout", "6. Whole rollout"),
+    ("7. training", "7. Training"),
+    ("tightness over training", "Tightness over training"),
+    ("detail: intervals and precision", "Detail"),
+    ("findings (every one, with its rule)", "Findings"),
+)
+"""The report's sections in the order of its Markdown, each with how its heading starts
+(`## <heading>`; tests/test_doc_snippets.py checks a rendered report against it): the
+command's description names them."""
+FORMATS = ("text", "json", "csv")
 """`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
 CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
 DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
@@ -101,7 +119,7 @@ def run(args: argparse.Namespace) -> int:
         check_html_path(args.html)
     if args.resamples < 1:
         raise InputError(f"--resamples {args.resamples}: give at least 1")
-    fmt = args.format or ("md" if args.html is None else None)
+    fmt = args.format or ("text" if args.html is None else None)
     name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else fmt
     options = {"store": str(args.store), "tol": args.tol, "ci": args.ci,
                "resamples": args.resamples, "seed": args.seed}
