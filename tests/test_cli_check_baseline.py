@@ -102,7 +102,8 @@ def test_baseline_runs_the_named_nulls_in_order(capsys):
     assert [(r["null"], r["n"]) for r in records] == [
         ("softmax-b4", 2), ("softmax-b4", 3), ("uniform", 2), ("uniform", 3)]
     assert all(r["trials"] == 1000 for r in records)
-    assert main(["baseline", "--sizes", "3", "--trials", "1000", "--format", "json"]) == 0  # uniform
+    assert main(["baseline", "--sizes", "3", "--trials", "1000", "--format", "json"]) == 0
+    # the default null: uniform
     (default,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert default == records[-1]
 

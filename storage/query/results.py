@@ -83,6 +83,25 @@ def open_results(store: StoreLike, storage_options: dict | None = None) -> xr.Da
     return xr.DataTree.from_dict(nodes)
 
 
+IN_MEMORY_BYTES = 1 << 30
+"""The most result bytes `in_memory` reads into memory (1 GiB): a store's results up to that size
+are read once, each array whole, and reduced by numpy; beyond it they stay lazy (dask, chunk by
+chunk)."""
+
+
+def in_memory(tree: xr.DataTree, budget: int = IN_MEMORY_BYTES) -> xr.DataTree:
+    """`tree` with its nodes' variables read into memory while their bytes sum to at most
+    `budget` (node by node, in order; the rest stay lazy): the same values, each array read once
+    instead of once per reduction that uses it, and no dask graph per reduction."""
+    nodes, left = {}, budget
+    for node in tree.subtree:
+        ds = node.to_dataset()
+        if ds.nbytes <= left:
+            ds, left = ds.load(), left - ds.nbytes
+        nodes[node.path] = ds
+    return xr.DataTree.from_dict(nodes)
+
+
 def cells(store: StoreLike, storage_options: dict | None = None,
           models: Sequence[str] | None = None) -> xr.Dataset:
     """Every cell of a store across models as one lazy Dataset along `cell`

@@ -159,9 +159,8 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
     """The text of `fmt`, the HTML page (with --html) and the figures written (--plots),
     computed from the store; the `Report` object is kept in `cache` for the other formats."""
     from storage.query import open_results
-    from sweep.report.html import render_html
+    from storage.query.results import in_memory
     from sweep.report.intervals import Bootstrap
-    from sweep.report.plots import CAPTIONS, report_figures, write_plots
     from sweep.report.tables import RENDERERS, build_report, render_csv, table_names
 
     if fmt == "csv" and args.table not in table_names():
@@ -175,7 +174,7 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
             tree = None
             if report is None or args.plots is not None or args.html is not None:
-                tree = open_results(store)
+                tree = in_memory(open_results(store))  # each array read once, when it fits
             if report is None:
                 report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
                                       bootstrap=Bootstrap(args.resamples, args.seed))
@@ -185,8 +184,12 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
                 text = render_csv(report, args.table)
             else:
                 text = RENDERERS[fmt](report) if fmt else ""
-            written = write_plots(tree, report, args.plots) if args.plots is not None else []
-            page = None
+            written, page = [], None
+            if args.plots is not None or args.html is not None:  # matplotlib: only for these
+                from sweep.report.html import render_html
+                from sweep.report.plots import CAPTIONS, report_figures, write_plots
+            if args.plots is not None:
+                written = write_plots(tree, report, args.plots)
             if args.html is not None:
                 figures = {name: (figure, CAPTIONS[name])
                            for name, figure in report_figures(tree, report).items()}
