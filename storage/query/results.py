@@ -97,7 +97,7 @@ def in_memory(tree: xr.DataTree, budget: int = IN_MEMORY_BYTES) -> xr.DataTree:
     for node in tree.subtree:
         ds = node.to_dataset()
         if ds.nbytes <= left:
-            ds, left = ds.load(), left - ds.nbytes
+            ds, left = ds.compute(), left - ds.nbytes  # a copy: `tree` stays lazy
         nodes[node.path] = ds
     return xr.DataTree.from_dict(nodes)
 
