@@ -57,24 +57,24 @@ class TrainingCost:
 
 
 TRAINING_COSTS: dict[str, TrainingCost] = {
-    "vit-digits": TrainingCost(
-        3.5e-5, "benchmarks/plan_costs.py training vit-digits digits, and the three seeds of "
-        "sweep/config/vit-digits.yaml (docs/training.md: 39.8, 46.9, 42.5 CPU-s = 3.3-3.8e-5 "
-        "per row-token-epoch at 1,797 rows, 17 tokens, 40 epochs)", epochs="epochs"),
-    "ft-transformer": TrainingCost(
-        8.5e-5, "benchmarks/plan_costs.py training ft-transformer breast_cancer / wine, and the "
-        "six runs of the default sweep (docs/ft-transformer.md: 212 CPU-s over 2.50e6 "
-        "row-token-epochs; cancer 8.1e-5, wine 9.8e-5; 30-145 epochs, median 42)",
-        typical=42, cap="max_epochs"),
+    "vit-digits": TrainingCost(3.6e-5, "plan_costs.py training vit-digits digits", "epochs"),
+    "ft-transformer": TrainingCost(8.0e-5, "plan_costs.py training ft-transformer breast_cancer,"
+                                   " wine", typical=42, cap="max_epochs"),
 }
-"""Recipe (the preset a model's `source` names) -> its measured training cost."""
+"""Recipe (the preset a model's `source` names) -> its measured training cost, one line each:
+`measured` is the `benchmarks/plan_costs.py` command that measures it; benchmarks/README.md
+("What sweep plan prices") has the runs behind each constant (vit-digits: 44.8 CPU-s here and
+39.8-46.9 in docs/training.md, 3.3-3.8e-5; ft-transformer: 6.7e-5 on breast_cancer and 9.4e-5
+on wine here, 8.5e-5 over docs/ft-transformer.md's six runs, whose epochs run 30-145, median
+42)."""
 
 NULL_CONSTANTS: dict[str, tuple[float, str]] = {
-    "NULL_TRIAL_S": (3.9e-6, "CPU-s per null trial, whatever its size (draw, test call)"),
-    "NULL_ELEMENT_S": (2.5e-8, "CPU-s per matrix element (n^2) of a null trial (the draw)"),
+    "NULL_TRIAL_S": (4.1e-6, "CPU-s per null trial, whatever its size (draw, test call)"),
+    "NULL_ELEMENT_S": (2.6e-8, "CPU-s per matrix element (n^2) of a null trial (the draw)"),
 }
-"""The nulls' constants (value, unit), from `benchmarks/plan_costs.py nulls`: uniform and
-softmax-b1 at n = 8, 17, 64 (5.5, 13.4, 112 CPU-us per trial, benchmarks/README.md)."""
+"""The nulls' constants (value, unit), fitted to `benchmarks/plan_costs.py nulls --sizes
+8,17,32,64,128 --trials 2000` (uniform and softmax-b1: 5.5, 12.6, 34.3, 115, 424 CPU-us per
+trial; the fit within 10% of each; benchmarks/README.md)."""
 
 
 @dataclass(frozen=True)
