@@ -18,7 +18,11 @@ Pure: plan + cluster config in, numbers and lines out. Costs scale with the plan
   again: small stacks are costed a little high.
 - extraction, seconds per input = layers x tokens x a per-(layer, token) constant: GPU_LAYER_TOKEN_S
   on a CUDA GPU, CPU_LAYER_TOKEN_S (CPU-seconds) where extraction runs on CPU workers. Widths
-  differ between models (MiniLM 384, ViT-B 768, ViT-L 1024); the constants are ViT-B's.
+  differ between models (MiniLM 384, ViT-B 768, ViT-L 1024); the constants are ViT-B's. On CPU
+  workers the per-(layer, token) cost scales as (width / 768)^2 when the plan knows the width
+  (`ModelPlan.width`; the projections and MLP dominate at these T): measured, 1.6e-5 CPU-s for
+  the 64-wide digits ViT (predicted 1.1e-5) and 7.5e-5 for MiniLM (384: predicted 4.0e-4, an
+  upper bound); benchmarks/README.md ("What sweep plan prices").
 - `rollout_device: extraction` moves the rollout's two terms from the test stage to the
   extraction: GPU_ROLLOUT_S * T^3 / 2 per product and per kappa there (on a GPU; the CPU terms
   where extraction runs on CPU workers).
@@ -163,11 +167,20 @@ def stage_cpu_seconds(model: ModelPlan) -> float:
     return seconds
 
 
+VIT_B_WIDTH = 768  # the width CPU_LAYER_TOKEN_S was measured at
+
+
+def cpu_width_scale(model: ModelPlan) -> float:
+    """(width / 768)^2: CPU_LAYER_TOKEN_S scaled from ViT-B's width to `model`'s (1 when the
+    plan does not know it)."""
+    return 1.0 if model.width is None else (model.width / VIT_B_WIDTH) ** 2
+
+
 def extract_seconds(model: ModelPlan, gpu: bool) -> float:
     """Predicted extraction seconds per input: GPU-seconds, or CPU-seconds without a GPU (the
     rollout's products and kappa included with `rollout_device: extraction`)."""
     tokens = mean_tokens_cubed(model) ** (1.0 / 3.0)
-    per = _c("GPU_LAYER_TOKEN_S") if gpu else _c("CPU_LAYER_TOKEN_S")
+    per = _c("GPU_LAYER_TOKEN_S") if gpu else _c("CPU_LAYER_TOKEN_S") * cpu_width_scale(model)
     seconds = per * model.n_layers * tokens
     if model.rollout_device == "extraction":
         products, kappas = rollout_pair_elements(model)
