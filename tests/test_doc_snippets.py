@@ -303,3 +303,21 @@ def test_a_doc_command_runs_against_the_store_it_names(where, words, folder, mon
     monkeypatch.chdir(folder)
     monkeypatch.setenv("DOBRUSHIN_CACHE", str(tmp_path / "cache"))  # `sweep extract` trains
     assert main(words) == 0, f"{where}: sweep {' '.join(words)}"
+
+
+def test_report_help_names_every_section_of_a_report(folder, capsys, monkeypatch):
+    """`sweep report --help` is generated from `SECTIONS`, which lists every heading a report
+    has: checked on the digits ViT's store (controls, seeds, checkpoints, training)."""
+    from sweep.cli.commands.report import SECTIONS
+    from sweep.cli.entry import main
+
+    assert main(["report", str(folder / "runs" / "vit-digits.zarr"), "--no-cache"]) == 0
+    headings = [line[3:] for line in capsys.readouterr().out.splitlines()
+                if line.startswith("## ")]
+    starts = [start for _, start in SECTIONS]
+    assert [next(s for s in starts if h.startswith(s)) for h in headings] == starts
+    monkeypatch.setenv("COLUMNS", "2000")
+    with pytest.raises(SystemExit):
+        main(["report", "--help"])
+    described = " ".join(capsys.readouterr().out.split())
+    assert all(name in described for name, _ in SECTIONS)

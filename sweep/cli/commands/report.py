@@ -78,7 +78,7 @@ SECTIONS = (
 """The report's sections in the order of its Markdown, each with how its heading starts
 (`## <heading>`; tests/test_doc_snippets.py checks a rendered report against it): the
 command's description names them."""
-FORMATS = ("text", "json", "csv")
+FORMATS = ("csv", "json", "text")
 """`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
 CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
 DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
