@@ -18,14 +18,19 @@ import zarr
 
 import sweep.driver.compaction
 import sweep.report.tables
-from storage.compaction.results import compact_model, is_compacted, result_documents
+from storage.compaction.results import (
+    compact_model,
+    is_compacted,
+    per_shard_document,
+    result_documents,
+)
 from storage.errors import InputError
-from storage.location import locate
+from storage.location import StoreRef, locate
 from storage.markers import marker_name
 from sweep.cli.entry import main
 from sweep.cli.report_cache import MAX_ENTRIES, cache_root, entry_key
 from tests.fault_helpers import write_text_sweep
-from tests.store_fixtures import OK, FixtureModel, hand_store, write_store
+from tests.store_fixtures import OK, FixtureModel, hand_store, stored_arrays, write_store
 from tests.test_compaction import RESULTS, assert_same_store, copy_of, files, sweep_into
 from workers.models.extraction import load_extractor
 from workers.models.hf import checkout, model_folder
@@ -514,3 +519,27 @@ def test_compare_help_shows_a_plain_percent(capsys):
         main(["compare", "--help"])
     out = " ".join(capsys.readouterr().out.split())
     assert "with its 95% cluster bootstrap interval" in out and "%%" not in out
+
+
+@pytest.mark.s3
+def test_on_s3_a_per_shard_document_in_a_compacted_model_is_damage_and_kept_values(
+        tmp_path, finished, s3_bucket, capsys):
+    path = write_text_sweep(tmp_path)
+    url = f"s3://{s3_bucket}/restored.zarr"
+    endpoint = f"http://127.0.0.1:{os.environ.get('DOBRUSHIN_S3_PORT', '8333')}"
+    path.write_text(path.read_text().replace(
+        "store: sweep.zarr", f"store: {url}\nstorage_options: {{endpoint_url: '{endpoint}'}}"))
+    argv = ["run", str(path), "--in-process", "--no-progress"]
+    assert main(argv) == 0
+    ref = StoreRef.of(url, {"endpoint_url": endpoint})
+    location = locate(ref)
+    document = json.loads(location.read(f"{HOLDS}/zarr.json"))
+    location.write(f"{HOLDS}/zarr.json", json.dumps(per_shard_document(document, 2)).encode())
+    option = f"--storage-option=endpoint_url={endpoint}"
+    capsys.readouterr()
+    assert main(["status", url, option, "--verify"]) == 4
+    assert f"damaged rob metadata {HOLDS}/zarr.json: the per-shard layout" in \
+        capsys.readouterr().out
+    assert main(argv) == 0
+    np.testing.assert_array_equal(stored_arrays(ref)[HOLDS], holds_of(finished), strict=True)
+    assert main(["status", url, option, "--verify"]) == 0

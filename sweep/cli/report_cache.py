@@ -136,11 +136,16 @@ def _secret(root: Path) -> bytes | None:
     """The per-user secret of the cache at `root` (created on first use), None when it cannot
     be made or is not private."""
     path = root / SECRET
-    with contextlib.suppress(FileExistsError, OSError):
-        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                         0o600)
-        with os.fdopen(handle, "wb") as out:
-            out.write(secrets.token_bytes(32))
+    if not os.path.lexists(path):
+        with contextlib.suppress(OSError):  # whole or not at all: linked into place once written
+            handle, staged = tempfile.mkstemp(dir=root, prefix=f".{SECRET}.")  # 0600
+            try:
+                with os.fdopen(handle, "wb") as out:
+                    out.write(secrets.token_bytes(32))
+                with contextlib.suppress(FileExistsError):  # another process made it first
+                    os.link(staged, path)
+            finally:
+                os.unlink(staged)
     if not _private(path, stat.S_IFREG) or os.lstat(path).st_mode & 0o077:
         return None
     try:
@@ -153,7 +158,7 @@ def _secret(root: Path) -> bytes | None:
 _WARNED: set[Path] = set()
 
 
-def open_root(root: Path) -> bytes | None:
+def cache_secret(root: Path) -> bytes | None:
     """The secret of the cache folder `root`, made private if new; None (and one stderr line
     per folder and process) when the folder cannot be used."""
     secret = _secret(root) if _folder(root) else None
@@ -182,7 +187,7 @@ class ReportCache:
     @property
     def secret(self) -> bytes | None:
         if self._secret is False:
-            self._secret = open_root(self.root)
+            self._secret = cache_secret(self.root)
         return self._secret  # type: ignore[return-value]
 
     def _tag(self, key: str, kind: str, data: bytes) -> bytes:
