@@ -7,15 +7,16 @@
 # volume, credentials in the environment) into s3:// on the SeaweedFS of .ci/s3-up.sh. Every
 # array of (b) and of (c) must equal (a)'s, value for value; exit 1 otherwise.
 #
-#   bash .ci/image-check.sh            # root; about 10 min from nothing (docs/storage.md)
+#   bash .ci/image-check.sh            # as root; 18-31 min here (docs/storage.md)
 #   PYTHON=/path/to/venv/bin/python bash .ci/image-check.sh
 #   bash .ci/image-check.sh --no-build # the check again with the image already built
 #   bash .ci/image-check.sh --prune    # then remove the image, the base and podman's caches
 #
-# Run by hand, not by .ci/run: the build downloads about 3 GB (PyPI's torch is a CUDA build)
+# Run by hand, not by .ci/run: the build downloads 3.3 GB (PyPI's torch is a CUDA build)
 # and takes minutes that CI's time does not have. The driver is PYTHON (default .venv, as
 # .ci/run makes it) with this checkout on PYTHONPATH: the image holds the same checkout and
-# the same pins (constraints.txt), so Dask finds the same versions on both sides.
+# the same pins (constraints.txt), so Dask finds the same package versions on both sides
+# (Python's patch version aside: Debian's 3.11.2 in the image, a warning and no more).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
