@@ -8,8 +8,20 @@
 #       --build-arg TORCH_INDEX=https://pypi.org/simple .
 #   docker push REGISTRY/dobrushin-sweep:0.1.0
 #
-# The driver's torch, dask and distributed versions must match the image's (Dask refuses
-# mismatched versions): build the image from the same checkout you run `sweep run` from.
+# With no registry, on a Debian base made by mmdebstrap (what .ci/image-check.sh builds and checks:
+# its workers store what a local run stores; docs/storage.md):
+#
+#   podman build --network host -v /etc/ssl/certs:/etc/ssl/certs:ro \
+#       --build-arg BASE=localhost/debian-py:bookworm \
+#       --build-arg TORCH_INDEX=https://pypi.org/simple -t localhost/dobrushin-sweep:dev .
+#
+# PyPI's torch is the CUDA build: that image is 7.3 GB (torch and its nvidia-* wheels 5.8 GB,
+# 3.3 GB downloaded), built in 14-16 min on the project's loaded 2-core machine, and in 8 min
+# after a change of the code (torch's layer below is reused).
+#
+# The driver's torch, dask and distributed versions must match the image's (the pins of
+# constraints.txt; Dask warns on a mismatch, Python's patch version included): build the image
+# from the same checkout you run `sweep run` from, for a driver of the same Python minor version.
 ARG BASE=python:3.11-slim
 FROM ${BASE}
 
@@ -31,12 +43,14 @@ RUN if ! command -v python3 >/dev/null; then \
     && python3 -m venv /opt/venv
 
 WORKDIR /opt/dobrushin-sweep
-COPY pyproject.toml README.md constraints.txt ./
+# torch in a layer of its own, before the code: a rebuild after a change of the code reuses it.
+COPY constraints.txt ./
+RUN pip install -c constraints.txt --index-url "$TORCH_INDEX" torch torchvision
+COPY pyproject.toml README.md ./
 COPY sweep ./sweep
 COPY workers ./workers
 COPY storage ./storage
-RUN pip install -c constraints.txt --index-url "$TORCH_INDEX" torch torchvision \
-    && pip install -c constraints.txt ".[s3,gcs,azure,kubernetes]"
+RUN pip install -c constraints.txt ".[s3,gcs,azure,kubernetes]"
 
 # Workers write nothing but their scratch (numba's cache, Dask's spill) under /tmp.
 RUN useradd --create-home --uid 1000 sweep

@@ -3,8 +3,8 @@
 For each FT model of a sweep config: the trained model (its cached checkpoint; trained first if
 absent) and its random-init control, both with `last_block: full`, on the model's measured rows;
 per layer and token set, how many inputs the bound is tight on (the sweep's own verdict,
-`workers.tasks.evaluate_input`). The last layer is the block the library runs with the CLS query
-only. The numbers behind docs/ft-transformer.md were measured on the earlier default sweep
+`workers.tasks.verdicts.evaluate_input`). The last layer is the block the library runs with the
+CLS query only. The numbers behind docs/ft-transformer.md were measured on the earlier default sweep
 (ft-cancer, ft-digits at d_block 64, standardisation, batch 64); on the current one:
 
     PYTHONPATH=. python benchmarks/ft_last_block.py ft-cancer@seed0 ft-wine@seed0
@@ -23,7 +23,7 @@ from workers.exact.equality import DEFAULT_TOL
 from workers.inputs import open_dataset
 from workers.models.extraction import load_extractor, model_dataset, prepare_model
 from workers.models.registry import resolve_model
-from workers.tasks import evaluate_input
+from workers.tasks.verdicts import evaluate_input
 
 
 def main() -> None:

@@ -41,7 +41,7 @@ from workers.exact.token_kinds import keep_mask, special_mask
 from workers.inputs import DatasetSpec, open_dataset
 from workers.models.extraction import load_extractor
 from workers.models.registry import ModelSpec, resolve_model
-from workers.tasks import evaluate_shard
+from workers.tasks.verdicts import evaluate_shard
 
 RESULT_FIELDS = ("kappa", "kappa_factor", "bound", "margin", "holds", "holds_by_characterisation",
                  "pair", "attaining_pairs", "attaining_special")

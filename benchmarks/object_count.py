@@ -35,6 +35,7 @@ from pathlib import Path
 
 from storage.compaction.results import compact_model, expand_model, is_marked
 from storage.location import StoreRef, locate
+from storage.markers import marker_name
 from tests.s3_fixtures import CREDENTIALS, ENDPOINT, filesystem
 
 CONFIG = """\
@@ -133,7 +134,8 @@ def main() -> None:
                     expand_model(ref, "rob", args.shard_size, shards)
                     out[name]["expand s"] = round(time.perf_counter() - start, 1)
                     start = time.perf_counter()
-                    compact_model(ref, "rob", args.shard_size)
+                    compact_model(ref, "rob", args.shard_size,
+                                  [marker_name("test", shard) for shard in shards])
                     out[name]["compact s"] = round(time.perf_counter() - start, 1)
                     out[name]["objects after expand+compact"] = objects(folders[name][1])
     finally:

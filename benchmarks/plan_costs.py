@@ -1,4 +1,5 @@
-"""The measured constants of `sweep plan`'s prices (`sweep/driver/pricing.py`).
+"""The measured constants of `sweep plan`'s prices (`sweep/driver/balance.py`,
+TRAINING_COSTS and NULL_CONSTANTS).
 
 `training RECIPE TABLE [--seed S]`: trains the recipe (a preset the project trains:
 `ft-transformer`, `vit-digits`, ...; default options) on a scikit-learn table on the CPU with 1

@@ -13,11 +13,11 @@ A store in a temporary folder holds `--shards` shards of the attention-like inpu
 `benchmarks/stage_vs_tree.py` (`shard(t)`: 12 layers, 8 inputs at T <= 257); every pool is a real
 `distributed` SpecCluster of Nanny workers built by `sweep.clusters.local.worker_specs` (the thread
 variables set to each worker's threads). All pools start first; then, round by round and pool after
-pool, each runs every shard's test task as a sweep submits it (`sweep.driver.graph._run`: read,
-restriction, check, radius, rollout, results, marker). The first round warms up (numba's cache,
-scratch buffers) and is not counted; reported: inputs per second (best round), the ratio to C = 1,
-and the largest resident set (RSS) of a worker process once it imported what a test task imports,
-and after its last task.
+pool, each runs every shard's test task as a sweep submits it
+(`sweep.driver.on_worker.run_on_worker`: read, restriction, check, radius, rollout, results,
+marker). The first round warms up (numba's cache, scratch buffers) and is not counted; reported:
+inputs per second (best round), the ratio to C = 1, and the largest resident set (RSS) of a worker
+process once it imported what a test task imports, and after its last task.
 """
 
 from __future__ import annotations
@@ -84,19 +84,19 @@ def start_pool(processes: int, threads: int) -> SpecCluster:
 
 def rss_bytes(imported: bool = False) -> int:
     """This process's resident set, from /proc (Linux); `imported`: after importing what a
-    test task imports (`workers.tasks`: numpy, numba, zarr, torch)."""
+    test task imports (`workers.tasks.verdicts`: numpy, numba, zarr)."""
     if imported:
-        import workers.tasks  # noqa: F401
+        import workers.tasks.verdicts  # noqa: F401
     with open("/proc/self/statm") as statm:
         return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 PROBE = """
 import pickle, resource, sys
-import workers.tasks
+import workers.tasks.verdicts
 task = pickle.loads(sys.stdin.buffer.read())
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-workers.tasks.run_test(task)
+workers.tasks.verdicts.run_test(task)
 print(before, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
@@ -128,8 +128,8 @@ def main() -> None:
             print(f"T = {t}: peak RSS {before:.0f} MiB after the imports, {after:.0f} MiB after "
                   f"one test task ({len(shard(t)[1])} inputs, 12 layers, both token sets)")
         return
-    from sweep.driver.graph import _run  # what a sweep submits: run_task, numba on the
-    # worker's threads
+    from sweep.driver.on_worker import run_on_worker  # what a sweep submits: run_task, numba
+    # on the worker's threads
 
     shapes = pools([int(c) for c in args.cores.split(",")])
     with tempfile.TemporaryDirectory() as folder:
@@ -144,7 +144,7 @@ def main() -> None:
             for rnd in range(args.rounds + 1):
                 for name, client in clients.items():
                     start = time.perf_counter()
-                    futures = [client.submit(_run, task, key=f"{task.key}-{rnd}",
+                    futures = [client.submit(run_on_worker, task, key=f"{task.key}-{rnd}",
                                              resources={"CPU": 1}) for task in tasks]
                     client.gather(futures)
                     rate = inputs / (time.perf_counter() - start)

@@ -7,9 +7,9 @@
 `git worktree add /tmp/old <commit>` makes a tree of an older commit. For each size, an
 attention-like shard (per layer, softmax of N(0, 4) logits with +4 on column 0, a sink, and +2
 on the diagonal; token 0 is CLS, the rest content; 12 layers; 8 inputs at T <= 257, 2 at
-T <= 600, 1 above) goes through `workers.tasks.evaluate_shard` -- restriction, `check` (with
-the decision radius where the tree has it), attaining kinds and the whole rollout, for both token
-sets `all` and `content`: the stage without its store read and write (`--task` adds them).
+T <= 600, 1 above) goes through `workers.tasks.verdicts.evaluate_shard` -- restriction, `check`
+(with the decision radius where the tree has it), attaining kinds and the whole rollout, for both
+token sets `all` and `content`: the stage without its store read and write (`--task` adds them).
 Each tree runs in a child process of its own (PYTHONPATH = the tree; the same numpy, numba and
 BLAS), children alternate between trees for --repeats rounds, and each child keeps the
 best of --rounds calls after one warm-up. Reported per input: CPU ms (all threads of the
@@ -19,7 +19,7 @@ run test tasks; CPU / wall then shows how much of the second core the stage uses
 
 `--task` times the whole test task instead, as a sweep runs it and `test_stage_bench.py` times
 its `stage`: the shard is written to a store the way extraction writes it (`storage.store`), then
-`workers.tasks.run_test` reads it back one input at a time, tests both token sets with the
+`workers.tasks.verdicts.run_test` reads it back one input at a time, tests both token sets with the
 rollout, writes the results and the marker. The store is a temporary folder, or
 `--store s3://bucket/prefix --endpoint-url URL` (one store per child below the prefix).
 
@@ -97,7 +97,7 @@ def write_test_shard(store: object, attention: np.ndarray, n_tokens: np.ndarray,
 def task_in_store(t: int, store: str, options: dict[str, str]) -> Callable[[], object]:
     """The whole test task over the shard written to `store` (the tree's own store code)."""
     from storage.location import StoreRef
-    from workers.tasks import run_test
+    from workers.tasks.verdicts import run_test
 
     task = write_test_shard(StoreRef.of(store, options), *shard(t))
     return lambda: run_test(task)
@@ -107,7 +107,7 @@ def child(t: int, rounds: int, workers: int, store: str | None,
           options: dict[str, str]) -> None:
     """Time evaluate_shard (or, with a store, run_test) in this process (the tree on
     PYTHONPATH); print one JSON line."""
-    from workers.tasks import evaluate_shard
+    from workers.tasks.verdicts import evaluate_shard
 
     attention, n_tokens, kinds = shard(t)
     if store is None:

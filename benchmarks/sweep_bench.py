@@ -117,13 +117,13 @@ def sweep_dask(config) -> float:
     """Wall of a sweep on the embedded local cluster, cluster start included."""
     from sweep.clusters.client import load_cluster_config, open_client
     from sweep.driver.graph import DaskExecutor
-    from workers import tasks
+    from workers.tasks import cache, extract
 
     # The default local cluster on a machine without CUDA runs its workers as threads of this
     # process: drop the model and dataset the in-process sweep cached so the Dask sweep loads its
     # own, as a fresh `sweep run` would.
-    tasks._EXTRACTORS.clear()
-    tasks._DATASETS.clear()
+    extract._EXTRACTORS.clear()
+    cache._DATASETS.clear()
     start = time.perf_counter()
     with locked(config):
         plan = materialise(config)

@@ -1,17 +1,16 @@
 """The test stage as a sweep's test task runs it, per input, against torch.cdist(p=1).
 
-For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px, DINOv2-B 336 px and
-DINOv2 518 px sizes;
-real `minilm-l6` attention of a few pydoc:topics paragraphs; `tiny`, T = 8, where what the stage
-spends per input regardless of size shows) the shard's attention is written to
-a Zarr store the way the sweep writes it (`storage.store`), then `workers.tasks.run_test` reads it
-back, tests both token sets with the rollout and writes the results. Reported per input: wall
-ms and CPU ms (process time: every thread of this process) of the whole task, the share of each
-part (timed by calling the same functions on the same data; `check` as the stage calls it, with
-the decision radius; `radius` is `workers.exact.radius.screened_radius` alone, on screens made
-before the timing as `check` makes them), and torch.cdist(x, x, p=1) (float32,
-torch's threads) over the same restricted matrices (layers x token sets), with the ratio
-cdist / stage. Every timing is the best of `--rounds` interleaved rounds in the same run.
+For each case (attention-like stacks at ViT-B, DINOv2-L-reg 224 px, DINOv2-B 336 px and DINOv2 518
+px sizes; real `minilm-l6` attention of a few pydoc:topics paragraphs; `tiny`, T = 8, where what the
+stage spends per input regardless of size shows) the shard's attention is written to a Zarr store
+the way the sweep writes it (`storage.store`), then `workers.tasks.verdicts.run_test` reads it back,
+tests both token sets with the rollout and writes the results. Reported per input: wall ms and CPU
+ms (process time: every thread of this process) of the whole task, the share of each part (timed by
+calling the same functions on the same data; `check` as the stage calls it, with the decision
+radius; `radius` is `workers.exact.radius.screened_radius` alone, on screens made before the timing
+as `check` makes them), and torch.cdist(x, x, p=1) (float32, torch's threads) over the same
+restricted matrices (layers x token sets), with the ratio cdist / stage. Every timing is the best of
+`--rounds` interleaved rounds in the same run.
 
 Three parts are also shown against their floors, timed in the same rounds (issue 32's targets:
 restriction within 3x, read within 2x, rollout kappa within 1x):
@@ -57,18 +56,19 @@ from storage.store import (
 )
 from sweep.driver.plan import TestTask
 from workers.exact import pruned
-from workers.exact.equality import check, kappa_only, restrict_layers, rollout_products
+from workers.exact.equality import (
+    ROLLOUT_MODES,
+    check,
+    kappa_only,
+    restrict_layers,
+    rollout_products,
+)
 from workers.exact.radius import screened_radius
 from workers.exact.readings import attaining_kinds
 from workers.exact.scratch import scratch
 from workers.exact.token_kinds import TokenKind, keep_mask, special_mask
-from workers.tasks import (
-    ROLLOUT_MODES,
-    evaluate_shard,
-    rollout_on_device,
-    run_test,
-    shard_attention,
-)
+from workers.tasks.extract import rollout_on_device
+from workers.tasks.verdicts import evaluate_shard, run_test, shard_attention
 
 TOKEN_SETS = ("all", "content")
 

@@ -23,7 +23,10 @@ none was written, from one listing of the store (sizes and versions), never a re
 
 A compacted model (`storage.compaction`: its result arrays rewritten as a few objects, vouched for
 by its `compact` marker) keeps its test markers, which then vouch for its results no more
-(`still_vouched`); its metadata documents may be of either layout (`sharded_chunk_shape`).
+(`still_vouched`). Which layout a result array's metadata must have is the marker's word: a
+model with a compaction marker, compacted (`sharded_chunk_shape`); one without, per shard. A
+document of the other layout (an older copy put back by a sync or a backup) is metadata damage
+(`metadata_damage`), never a reason to read the model's values through it.
 
 Cost (`PYTHONPATH=. python benchmarks/checksum_bench.py`, see benchmarks/README.md): CRC32C runs
 at several GB/s; the start-up check of a 2,000-chunk store is one listing on either backend.
@@ -243,6 +246,8 @@ class MetadataDamage:
     group: str
     key: str
     reason: str
+    layout: bool = False  # only its layout disagrees with the compaction marker: its values
+    # are where the marker says (`storage.compaction.results` puts the document back)
 
     @property
     def whole_group(self) -> bool:
@@ -284,12 +289,35 @@ def sharded_chunk_shape(meta: dict) -> Any:
     return configuration.get("chunk_shape") if isinstance(configuration, dict) else None
 
 
+NOT_COMPACTED = ("the per-shard layout, but the model's compaction marker vouches for compacted "
+                 "objects (an older copy of this document? a sweep run expanding the model "
+                 "passes through this state)")
+NOT_MARKED = ("the compacted layout, but no compaction marker vouches for it (a compaction "
+              "stopped before its marker? a sweep run compacting the model passes through "
+              "this state)")
+
+LAYOUT_REASONS = (NOT_COMPACTED, NOT_MARKED)
+
+
 def _array_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], int] | None,
-                   compactable: bool = False) -> str | None:
-    """What differs between an array's metadata and the layout's (data type, shape, chunk
-    shape); `legacy`: (dims, axis) of the layout from before an axis was added (the head, the
-    null), whose arrays lack that axis; `compactable`: a result array, which may also have the
-    compacted layout (`storage.layout.compact_chunks`: shards of chunks)."""
+                   compacted: bool | None = None) -> tuple[str | None, bool]:
+    """(What differs between an array's metadata and the layout's: data type, shape, chunk
+    shape; whether only its layout does). `legacy`: (dims, axis) of the layout from before an
+    axis was added (the head, the null), whose arrays lack that axis; `compacted`: for a result
+    array, whether its model's compaction marker exists, so that its metadata must be of the
+    compacted layout (`storage.layout.compact_chunks`: shards of chunks) or else per shard."""
+    problem = _shape_problem(meta, shaped, legacy, compacted is not None)
+    if problem is not None or compacted is None:
+        return problem, False
+    if (sharded_chunk_shape(meta) is not None) != compacted:
+        return (NOT_COMPACTED if compacted else NOT_MARKED), True
+    return None, False
+
+
+def _shape_problem(meta: dict, shaped: Shaped, legacy: tuple[tuple[str, ...], int] | None,
+                   compactable: bool) -> str | None:
+    """What differs between an array's metadata and the layout's, of either layout when
+    `compactable` (see `_array_problem`)."""
     var, shape, chunks = shaped
     if legacy is not None and tuple(meta.get("dimension_names") or ()) == legacy[0]:
         axis = legacy[1]
@@ -367,9 +395,11 @@ def metadata_damage(store: StoreLike, models: Iterable[str], *, arrays: bool = T
     and of the baseline that is not what `storage.layout` says: unreadable, not a group or an
     array, a group without the attributes that size it, an array whose data type, shape or chunk
     shape differ from the layout's for its group's attributes (stores of an older layout
-    accepted). Read-only, a few rounds of concurrent reads; `arrays=False` checks the groups'
-    own documents only (the models', their nulls', the baseline's). A group whose document is
-    missing is not damage here (a deleted group: `sweep status` calls it missing)."""
+    accepted), a result array whose layout is not the one its model's compaction marker says
+    (`MetadataDamage.layout`). Read-only, a few rounds of concurrent reads; `arrays=False`
+    checks the groups' own documents only (the models', their nulls', the baseline's). A group
+    whose document is missing is not damage here (a deleted group: `sweep status` calls it
+    missing)."""
     location = locate(store)
     out: list[MetadataDamage] = []
     checked: list[tuple[str, str, str, dict[str, Any]]] = []  # (kind, scope, path, attrs)
@@ -403,23 +433,34 @@ def metadata_damage(store: StoreLike, models: Iterable[str], *, arrays: bool = T
                 for kind, scope, path, attrs in checked
                 for name, shaped in expected_arrays(kind, attrs).items()}
     docs = location.read_many(key for _, _, _, key, _ in expected)
+    marked = location.infos(compact_marker(scope) for scope, _ in models_checked)
     for (kind, scope, path, key, name), (shaped, attrs) in expected.items():
         if docs[key] is None and _optional(kind, name, attrs):
             continue
         meta, problem = _document(docs[key], "array")
+        layout = False
         if meta is not None:
-            problem = _array_problem(meta, shaped, _legacy_axis(kind, name),
-                                     kind == "model" and name.startswith(f"{RESULTS_GROUP}/"))
+            result = kind == "model" and name.startswith(f"{RESULTS_GROUP}/")
+            problem, layout = _array_problem(
+                meta, shaped, _legacy_axis(kind, name),
+                marked[compact_marker(scope)] is not None if result else None)
         if problem is not None:
-            out.append(MetadataDamage(scope, path, key, problem))
+            out.append(MetadataDamage(scope, path, key, problem, layout))
     return out
+
+
+def compact_marker(model: str) -> str:
+    """The key of `model`'s compaction marker (`storage.compaction`)."""
+    return f"{MARKERS}{model}/{COMPACT_STAGE}.done"
 
 
 def metadata_message(store: StoreLike, damage: list[MetadataDamage]) -> str:
     """One line naming the damaged metadata documents and the fix."""
     shown = "; ".join(d.line() for d in damage[:3]) + ("; ..." if len(damage) > 3 else "")
+    fix = "repair it" if all(d.layout for d in damage) else \
+        "recreate it and recompute what it held"
     return (f"store {store}: damaged metadata ({len(damage)} document(s)): {shown}; rerun "
-            f"`sweep run` with its config to recreate it and recompute what it held")
+            f"`sweep run` with its config to {fix}")
 
 
 def check_metadata(store: StoreLike, models: Iterable[str]) -> None:

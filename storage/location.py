@@ -104,13 +104,42 @@ class StoreRef:
 
 
 def redact_url(text: str) -> str:
-    """`text` with the userinfo (`user:password@`) of every URL in it replaced by `***@`: what
-    every message, attribute, marker and report passes a text that may quote a URL through."""
+    """`text` with the userinfo (`user:password@`) of every URL in it replaced by `***@`, and
+    the value of every query or fragment parameter whose name looks like a credential
+    (`secret_parameters`: `?access_token=***`): what every message, attribute, marker and
+    report passes a text that may quote a URL through."""
     def hide(match: re.Match) -> str:
-        at = _userinfo_end(match["rest"], schemed=True)
-        return match[0] if at < 0 else f"{match['scheme']}***@{match['rest'][at + 1:]}"
+        rest = match["rest"]
+        at = _userinfo_end(rest, schemed=True)
+        if at >= 0:
+            rest = f"***@{rest[at + 1:]}"
+        return match["scheme"] + _PARAMETER.sub(_mask, rest)
 
-    return _URL.sub(hide, text) if "@" in text else text
+    return _URL.sub(hide, text) if "@" in text or "=" in text else text
+
+
+SECRET_WORDS = (*CREDENTIAL_WORDS, "signature", "sig", "passwd", "pwd", "auth")
+"""What a query parameter's name holds (any case) when its value is a credential: presigned S3
+(`X-Amz-Signature`, `X-Amz-Credential`, `X-Amz-Security-Token`), GCS (`X-Goog-Signature`),
+Azure SAS (`sig`), OAuth (`access_token`), API keys (`api_key`, `apikey`)."""
+_PARAMETER = re.compile(r"(?P<lead>[?&;#])(?P<name>[^=&;#?]*)=(?P<value>[^&;#]*)")
+
+
+def _mask(match: re.Match) -> str:
+    if not match["value"] or not any(w in match["name"].lower() for w in SECRET_WORDS):
+        return match[0]
+    return f"{match['lead']}{match['name']}=***"
+
+
+def secret_parameters(url: str) -> list[str]:
+    """The names of the query (or fragment) parameters of a URL (`scheme://...`) whose name
+    looks like a credential and whose value is not empty (`SECRET_WORDS`)."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return []  # a path: `?` and `#` are part of its file names
+    tail = rest[min((i for i in map(rest.find, "?#") if i >= 0), default=len(rest)):]
+    return [m["name"] for m in _PARAMETER.finditer(tail)
+            if m["value"] and any(w in m["name"].lower() for w in SECRET_WORDS)]
 
 
 def _userinfo_end(rest: str, schemed: bool) -> int:
@@ -136,16 +165,29 @@ def has_userinfo(url: str) -> bool:
     return _userinfo_end(rest if sep else head, schemed=bool(sep)) >= 0
 
 
+def has_credentials(url: str) -> bool:
+    """Whether `url` carries a credential: a userinfo (`has_userinfo`) or a query parameter
+    that looks like one (`secret_parameters`: a token or presigned URL)."""
+    return has_userinfo(url) or bool(secret_parameters(url))
+
+
 def check_no_userinfo(url: str, where: str, fix: str = "") -> None:
-    """InputError naming `where` and the URL (its userinfo hidden) if the URL carries
-    credentials: they would end up in the store's attributes, its logs and every message.
-    `fix`: what to do instead (default: the standard credential chains)."""
+    """InputError naming `where` and the URL (its userinfo and secret parameters hidden) if the
+    URL carries credentials (`has_credentials`): they would end up in the store's attributes,
+    its logs and every message. `fix`: what to do instead (default: the standard credential
+    chains)."""
     if has_userinfo(url):
         shown = redact_url(url) if "://" in url else "***@" + url.rpartition("@")[2]
         raise InputError(
             f"{where} {shown}: the URL carries credentials (user:password@), which would be "
             f"written into the store, logs and messages; remove them from the URL and "
             f"{fix or CREDENTIALS_FIX}")
+    names = secret_parameters(url)
+    if names:
+        raise InputError(
+            f"{where} {redact_url(url)}: the URL carries credentials (its parameter "
+            f"{', '.join(dict.fromkeys(names))}), which would be written into the store, logs "
+            f"and messages; remove them from the URL and {fix or CREDENTIALS_FIX}")
 
 
 

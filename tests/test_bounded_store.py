@@ -18,7 +18,8 @@ import pytest
 import zarr
 from distributed import Client, LocalCluster
 
-import workers.tasks
+import workers.tasks.extract
+import workers.tasks.verdicts
 from storage import markers
 from storage.attention import AttentionPolicy, dropped_key, sampled_inputs, stored_attention
 from storage.errors import InputError
@@ -229,13 +230,14 @@ def test_lost_attention_of_an_untested_shard_reextracts(tmp_path, keep_store):
 def count_attention_at_markers(monkeypatch, store: Path) -> list[int]:
     """The number of attention chunks in the store each time a task writes its done marker."""
     counts: list[int] = []
-    original = workers.tasks.mark_done
+    original = workers.tasks.verdicts.mark_done
 
     def counting(*args, **kwargs):
         counts.append(len(list((store / "rob" / "attention").rglob("c/*/*/*/*/*"))))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(workers.tasks, "mark_done", counting)
+    for module in (workers.tasks.extract, workers.tasks.verdicts):
+        monkeypatch.setattr(module, "mark_done", counting)
     return counts
 
 

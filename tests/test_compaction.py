@@ -141,6 +141,7 @@ KILLS = {  # where a run is killed while compacting: (method, which keys, nth of
     "before-marker": ("write", lambda key: key.endswith("compact.done"), 1),
     "deleting-per-shard-chunks": ("delete_prefix", lambda key: key.endswith("/c/"), 3),
 }
+SWITCHED = {"some-arrays-switched", "before-marker"}  # some compacted documents, no marker
 
 
 @pytest.mark.parametrize("kill", sorted(KILLS))
@@ -153,7 +154,8 @@ def test_a_run_killed_while_compacting_resumes_to_the_same_store(tmp_path, refer
         with pytest.raises(Interrupted):
             run_sweep(config, InProcessExecutor(), progress=False)
     store = Path(config.store)
-    assert main(["status", str(store)]) in (0, 1)  # readable, nothing damaged
+    # readable; documents switched before the marker are of a layout no marker vouches for
+    assert main(["status", str(store)]) in ((4,) if kill in SWITCHED else (0, 1))
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert summary.exit_code == 0 and summary.completed == []  # every task stays done
     assert_same_store(store, reference)

@@ -21,7 +21,7 @@ from workers.nulls.matched import (
     size_histograms,
 )
 from workers.nulls.registry import count_holding, get_null
-from workers.tasks import run_null
+from workers.tasks.nulls import run_null
 
 OK, EMPTY = ResultStatus.OK, ResultStatus.EMPTY_ROW
 SETS = ("all", "content-pairs")

@@ -18,7 +18,7 @@ import transformers
 import zarr
 from distributed import Client, LocalCluster
 
-import workers.tasks
+import workers.tasks.extract
 from sweep.cli.entry import main
 from sweep.config.load import load_config
 from sweep.driver.graph import DaskExecutor
@@ -90,8 +90,8 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
         (PIL.Image, "open"), (torch, "load"), (safetensors.torch, "load_file"),
         (safetensors.torch, "load"),
         (safetensors, "safe_open"), (hf_module, "build_model"), (ft_module, "train"),
-        (ft_module, "ensure_checkpoint"), (workers.tasks, "load_extractor"),
-        (workers.tasks, "prepare_model"),
+        (ft_module, "ensure_checkpoint"), (workers.tasks.extract, "load_extractor"),
+        (workers.tasks.extract, "prepare_model"),
     ]:
         monkeypatch.setattr(owner, name, _refuse(f"{owner.__name__}.{name}"))
     monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained",
@@ -115,7 +115,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
 
 
 def _record_preparations(monkeypatch, order: list[str], fail: bool = False) -> None:
-    real_extract = workers.tasks.run_extract
+    real_extract = workers.tasks.extract.run_extract
 
     def prepare(spec, dataset, cache_dir):
         order.append(f"prepare {spec.name}")
@@ -127,8 +127,8 @@ def _record_preparations(monkeypatch, order: list[str], fail: bool = False) -> N
         order.append(task.key)
         return real_extract(task)
 
-    monkeypatch.setattr(workers.tasks, "prepare_model", prepare)
-    monkeypatch.setattr(workers.tasks, "run_extract", extract)
+    monkeypatch.setattr(workers.tasks.extract, "prepare_model", prepare)
+    monkeypatch.setattr(workers.tasks.extract, "run_extract", extract)
 
 
 def test_preparation_runs_first_as_a_task_and_its_record_is_stored(tmp_path, monkeypatch):
@@ -147,7 +147,8 @@ def test_preparation_runs_first_as_a_task_and_its_record_is_stored(tmp_path, mon
 
 
 def test_no_record_writes_nothing(tmp_path, monkeypatch):
-    monkeypatch.setattr(workers.tasks, "prepare_model", lambda spec, dataset, cache_dir: None)
+    monkeypatch.setattr(workers.tasks.extract, "prepare_model",
+                        lambda spec, dataset, cache_dir: None)
     config = load_config(write_config(tmp_path, {"ft": FT}))
     assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
     assert "training" not in zarr.open_group(str(Path(config.store) / "ft"), mode="r").attrs

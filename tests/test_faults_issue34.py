@@ -380,12 +380,16 @@ def test_control_characters_of_a_foreign_store_are_printed_escaped(tmp_path, ref
     folder = copy_of(reference, tmp_path)
     store = folder / "sweep.zarr"
     (store / "rob").rename(store / ESC_NAME)
+    marks = store / ".sweep" / "markers"
+    (marks / "rob").rename(marks / ESC_NAME)  # its compaction marker says where its results are
+    for marker in (marks / ESC_NAME).iterdir():
+        marker.write_text(marker.read_text().replace('"rob/', json.dumps(ESC_NAME)[:-1] + "/"))
     root = zarr.open_group(str(store), mode="r+", use_consolidated=False)
     root.attrs["models"] = [ESC_NAME]
     ids = root[ESC_NAME]["input_id"]
     ids[0] = ESC_ID
     failed = store / ".sweep" / "markers" / ESC_NAME / "extract-00001.failed"
-    failed.parent.mkdir(parents=True)
+    failed.parent.mkdir(parents=True, exist_ok=True)
     failed.write_text("ValueError: \x1b[2Jgone\n")
     runs = [(["status", str(store)], None), (["show", str(store), ESC_NAME, ESC_ID], 0),
             (["show", str(store), ESC_NAME, "nope"], 2)]

@@ -36,7 +36,7 @@ from workers.inputs import DatasetSpec, open_dataset
 from workers.models.extraction import load_extractor
 from workers.models.registry import resolve_model
 from workers.models.token_layout import token_layout
-from workers.tasks import shard_chunks
+from workers.tasks.shards import shard_chunks
 
 TOKEN_SETS = ("all", "content")
 SWEEP = """\

@@ -199,6 +199,21 @@ def test_image_digests_use_stat_not_the_pixels(tmp_path):
     assert input_digests(open_dataset(spec), range(1)) != before
 
 
+def test_bundled_photo_digests_follow_the_bytes_not_the_installation(tmp_path):
+    """The driver's venv and a worker image hold scikit-learn's photos with other mtimes."""
+    dataset = open_dataset(DatasetSpec(kind="image", source="sklearn:sample_images", limit=3))
+    before = input_digests(dataset, range(3))
+    copies = [tmp_path / f.name for f in dataset.files]
+    for original, copy in zip(dataset.files, copies, strict=True):
+        copy.write_bytes(original.read_bytes())
+        os.utime(copy, ns=(0, original.stat().st_mtime_ns + 10**9))
+    dataset.files = copies
+    assert input_digests(dataset, range(3)) == before
+    copies[0].write_bytes(copies[0].read_bytes()[:-1] + b"\x00")  # china.jpg, and its tile
+    after = input_digests(dataset, range(3))
+    assert after[0] != before[0] and after[1] == before[1] and after[2] != before[2]
+
+
 def test_tabular_digests_fold_in_the_table_for_models_trained_on_it():
     dataset = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine", limit=3))
     rows = input_digests(dataset, range(3))

@@ -21,7 +21,7 @@ from tests.store_fixtures import FixtureModel, write_store
 from workers.nulls import matched
 from workers.nulls.baseline import chunk_span
 from workers.nulls.matched import SizeHistogram, matched_holding, matched_key, size_histograms
-from workers.tasks import run_null
+from workers.tasks.nulls import run_null
 
 OK, EMPTY, PENDING = ResultStatus.OK, ResultStatus.EMPTY_ROW, ResultStatus.NOT_COMPUTED
 

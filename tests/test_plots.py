@@ -16,7 +16,7 @@ from sweep.report.plots import depth_figure, margin_figure, panels, weights_labe
 from sweep.report.tables import build_report
 from tests.store_fixtures import FixtureModel, write_store
 from workers.nulls.baseline import chunk_span
-from workers.tasks import run_null
+from workers.tasks.nulls import run_null
 
 TOKEN_SETS = ("all", "content")
 

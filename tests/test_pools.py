@@ -125,7 +125,7 @@ def test_an_unreachable_address_is_a_one_line_input_error():
 def numba_threads_seen(threads: int) -> tuple[int, int]:
     import numba
 
-    from workers.tasks import numba_threads
+    from workers.tasks.threads import numba_threads
 
     with numba_threads(threads):
         inside = numba.get_num_threads()
@@ -150,7 +150,7 @@ import os, sys, numba
 if sys.argv[1] == "started":
     numba.get_num_threads()  # the pool starts at numba's import-time size
 os.environ["NUMBA_NUM_THREADS"] = "1" if numba.config.NUMBA_NUM_THREADS > 1 else "2"  # late
-from workers.tasks import numba_threads
+from workers.tasks.threads import numba_threads
 with numba_threads(1):
     print(numba.njit(lambda x: x + 1)(1), numba.get_num_threads(), numba.config.NUMBA_NUM_THREADS)
 """

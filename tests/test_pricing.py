@@ -1,5 +1,5 @@
 """`sweep plan`'s prices: the training runs a sweep starts first with their measured cost, and
-the estimated wall time on the local default or a cluster (`sweep.driver.pricing`)."""
+the estimated wall time on the local default or a cluster (`sweep.driver.balance`)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,16 @@ import pytest
 from sweep.cli.entry import main
 from sweep.config.load import parse_config
 from sweep.driver import runner
-from sweep.driver.balance import Pools
-from sweep.driver.plan import ModelFacts, build_plan, prepare_key
-from sweep.driver.pricing import (
+from sweep.driver.balance import (
     TRAINING_COSTS,
+    Pools,
     TrainingCost,
     null_seconds,
     pending_shares,
     training_runs,
     wall_estimate,
 )
+from sweep.driver.plan import ModelFacts, build_plan, prepare_key
 from workers.models.registry import PRESETS, TRAINED_FAMILIES
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 
 from workers.exact.equality import check, restrict_layers, validate_stochastic
 from workers.exact.token_kinds import TokenKind
-from workers.tasks import evaluate_input
+from workers.tasks.verdicts import evaluate_input
 
 TOL = 1e-12
 

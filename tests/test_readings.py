@@ -13,7 +13,7 @@ from storage.layout import AttainingKind, ResultStatus
 from workers.exact.equality import restrict_layers
 from workers.exact.readings import attaining_kinds, content_pairs, stochastic_complement
 from workers.exact.token_kinds import TOKEN_SETS, TokenKind, reading_label
-from workers.tasks import evaluate_input
+from workers.tasks.verdicts import evaluate_input
 
 CLS, CONTENT, SEP = TokenKind.CLS, TokenKind.CONTENT, TokenKind.SEP
 READINGS = ("all", "content", "content-pairs", "content-complement")

@@ -3,8 +3,11 @@ computed; any change to the store, the options or the code is a miss; nothing is
 
 from __future__ import annotations
 
+import hashlib
 import os
+from dataclasses import dataclass
 
+import pandas as pd
 import pytest
 
 import sweep.report.tables
@@ -61,24 +64,38 @@ def test_options_and_code_are_part_of_the_key(store, monkeypatch):
     assert entry_key(location, OPTIONS) != key
 
 
+@dataclass(frozen=True)
+class Kept:
+    rates: list
+    table: pd.DataFrame
+
+
+def key(i: int | str) -> str:
+    return hashlib.sha256(str(i).encode()).hexdigest()
+
+
 def test_entries_round_trip_and_a_damaged_one_is_a_miss(tmp_path):
-    cache = ReportCache("k", root=tmp_path)
-    assert cache.read("md") is None and cache.load("report.pickle") is None
+    cache = ReportCache(key("k"), root=tmp_path)
+    assert cache.read("md") is None and cache.load("report.json", Kept) is None
     cache.write("md", b"# report\n")
-    cache.dump("report.pickle", {"rates": [1, 2]})
+    table = pd.DataFrame({"model": ["a", "b"], "rate": [0.1, float("nan")], "n": [1, 2]})
+    assert cache.dump("report.json", Kept([1, 2], table))
     assert cache.read("md") == b"# report\n"
-    assert cache.load("report.pickle") == {"rates": [1, 2]}
-    (tmp_path / "k" / "report.pickle").write_bytes(b"not a pickle")
-    assert cache.load("report.pickle") is None
+    back = cache.load("report.json", Kept)
+    assert back.rates == [1, 2]
+    pd.testing.assert_frame_equal(back.table, table, check_exact=True)
+    path = tmp_path / key("k") / "report.json"
+    path.write_bytes(path.read_bytes().replace(b"0.1", b"0.2"))
+    assert cache.load("report.json", Kept) is None  # its HMAC no longer matches
 
 
 def test_only_the_newest_entries_are_kept(tmp_path):
     for i in range(MAX_ENTRIES + 3):
-        ReportCache(f"k{i}", root=tmp_path).write("md", b"x")
-        os.utime(tmp_path / f"k{i}", ns=(i * 10**9, i * 10**9))
-    ReportCache("last", root=tmp_path).write("md", b"x")
-    kept = {p.name for p in tmp_path.iterdir()}
-    assert len(kept) == MAX_ENTRIES and "last" in kept and "k0" not in kept
+        ReportCache(key(i), root=tmp_path).write("md", b"x")
+        os.utime(tmp_path / key(i), ns=(i * 10**9, i * 10**9))
+    ReportCache(key("last"), root=tmp_path).write("md", b"x")
+    kept = {p.name for p in tmp_path.iterdir() if p.is_dir()}
+    assert len(kept) == MAX_ENTRIES and key("last") in kept and key(0) not in kept
 
 
 def test_a_second_report_of_an_unchanged_store_is_read_back(store, capsys, monkeypatch):

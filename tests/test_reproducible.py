@@ -118,7 +118,7 @@ def test_the_test_stage_on_one_and_on_two_numba_threads_gives_the_same_cells(lay
     count picks (matrices over threads at 12 layers; at 2 layers of n >= PARALLEL_MIN_N, one
     matrix at a time spread over the threads against one thread)."""
     from workers.exact.token_kinds import TokenKind
-    from workers.tasks import evaluate_input
+    from workers.tasks.verdicts import evaluate_input
 
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("numba was started with one thread")

@@ -14,7 +14,7 @@ from sweep.config.schema import Rollout
 from sweep.driver.plan import ModelFacts, TestTask, build_plan
 from workers.exact.equality import ROLLOUT_MODES, restrict_layers, rollout
 from workers.exact.token_kinds import TokenKind
-from workers.tasks import evaluate_input, evaluate_shard
+from workers.tasks.verdicts import evaluate_input, evaluate_shard
 
 CONFIG = {
     "store": "/tmp/never-written.zarr",

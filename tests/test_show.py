@@ -28,7 +28,7 @@ from tests.store_fixtures import FixtureModel, write_store
 from workers.exact.token_kinds import TokenKind
 from workers.models.registry import family_module, resolve_model
 from workers.models.token_layout import token_layout
-from workers.tasks import evaluate_input
+from workers.tasks.verdicts import evaluate_input
 
 TIGHT = np.array([[0.7, 0.1, 0.1, 0.1], [0.1, 0.7, 0.1, 0.1], [0.1, 0.1, 0.7, 0.1],
                   [0.1, 0.1, 0.1, 0.7]])

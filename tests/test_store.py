@@ -35,7 +35,7 @@ from storage.store import (
     write_tokens,
 )
 from workers.task_specs import TestTask
-from workers.tasks import evaluate_shard, run_test
+from workers.tasks.verdicts import evaluate_shard, run_test
 
 IDS = [f"in{i}" for i in range(10)]
 INPUTS = {"tol": 1e-12, "model": {"name": "m", "config": {"depth": 2}}}

@@ -10,7 +10,8 @@ import pytest
 import zarr
 from distributed import Client, LocalCluster
 
-import workers.tasks
+import workers.tasks.extract
+import workers.tasks.verdicts
 from storage import markers
 from storage.layout import RESULT_VARS, ResultStatus
 from storage.lock import StoreLock
@@ -163,7 +164,7 @@ def test_rerun_of_a_complete_store_skips_everything(swept, client):
 def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monkeypatch):
     config = load_config(write_config(tmp_path, models=("vit",)))
     attempts = []
-    real = workers.tasks.run_test
+    real = workers.tasks.verdicts.run_test
 
     def flaky(task):
         if task.shard == 1:
@@ -171,7 +172,7 @@ def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monke
             raise RuntimeError("injected failure")
         return real(task)
 
-    monkeypatch.setattr(workers.tasks, "run_test", flaky)
+    monkeypatch.setattr(workers.tasks.verdicts, "run_test", flaky)
     with LocalCluster(n_workers=1, threads_per_worker=2, processes=False,
                       resources={"GPU": 1, "CPU": 2}, dashboard_address=":0") as cluster, \
             Client(cluster) as client:
@@ -183,7 +184,7 @@ def test_a_failing_task_is_retried_marked_failed_and_rerun_alone(tmp_path, monke
         assert summary.exit_code == 1 and "extract-vit-00001" in summary.completed
         state = markers.read_state(config.store, "vit", "test-00001")
         assert state.state == "failed" and "injected failure" in state.error
-        monkeypatch.setattr(workers.tasks, "run_test", real)
+        monkeypatch.setattr(workers.tasks.verdicts, "run_test", real)
         rerun = run_sweep(config, DaskExecutor(client), progress=False)
     # the test, then the size-matched nulls that waited for it (blocked in the first run)
     assert sorted(rerun.completed) == sorted(["test-vit-00001", *null_keys()])
@@ -198,7 +199,7 @@ def test_in_process_runner_retries_and_blocks_the_test_of_a_failed_extraction(
     def broken(task):
         raise OSError(f"disk gone for {task.key}")
 
-    monkeypatch.setattr(workers.tasks, "run_extract", broken)
+    monkeypatch.setattr(workers.tasks.extract, "run_extract", broken)
     summary = run_sweep(config, InProcessExecutor(), progress=False)
     assert sorted(summary.failed) == ["extract-vit-00000", "extract-vit-00001"]
     assert summary.blocked == ["test-vit-00000", "test-vit-00001", *null_keys()]
@@ -267,7 +268,7 @@ def test_status_lists_a_failed_task_with_its_error(tmp_path, capsys, monkeypatch
     def broken(task):
         raise ValueError("corrupt input 3")
 
-    monkeypatch.setattr(workers.tasks, "run_test", broken)
+    monkeypatch.setattr(workers.tasks.verdicts, "run_test", broken)
     with pytest.raises(ValueError, match="corrupt input 3") as raised:  # --in-process re-raises
         main(["run", str(tmp_path / "sweep.yaml"), "--in-process", "--no-progress"])
     assert raised.traceback[-1].name == "broken"  # the task's own traceback

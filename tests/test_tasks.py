@@ -7,7 +7,7 @@ import numpy as np
 from storage.layout import RESULT_VARS, ResultStatus
 from workers.exact.equality import check, rollout
 from workers.exact.token_kinds import TokenKind
-from workers.tasks import evaluate_input, evaluate_shard
+from workers.tasks.verdicts import evaluate_input, evaluate_shard
 
 CLS, CONTENT, PAD = TokenKind.CLS, TokenKind.CONTENT, TokenKind.PAD
 

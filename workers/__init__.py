@@ -10,5 +10,6 @@ One package per job, lowest first (each imports only those above it in this list
 - `models`: the model registry (frozen specs, presets), the family adapters and extraction
 
 On top, the task layer: `task_specs` (the frozen specs the driver's plan builds) and `tasks` (the
-bodies that run them on a worker and write the store).
+bodies that run them on a worker and write the store: `tasks.extract` imports torch, the CPU
+pool's `tasks.verdicts` and `tasks.nulls` never do).
 """

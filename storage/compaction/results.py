@@ -20,13 +20,21 @@ the per-shard chunks are all still there, the compacted objects are deleted) and
 from them. Killed in 3: the next run's `compact_model` deletes what is left. So a resumed run
 writes the same objects as an uninterrupted one (the encoding is deterministic).
 
+The marker, never a metadata document, says where a model's values are: with it, in the
+compacted objects it vouches for (a per-shard document, e.g. an older copy put back by a sync,
+gets the compacted metadata back: `restore_compacted`); without it, in the per-shard chunks the
+test markers vouch for. Nothing is compacted from per-shard chunks that are not all there
+(`unread_results`: zarr would read the missing ones as fill values), and compacted objects no
+marker vouches for are deleted only while the per-shard chunks are all there.
+
 A compacted model some of whose shards must be tested again (a damaged compacted object, inputs
 changed, attention re-extracted) is expanded before any task runs (`expand_model`): the values of
 every shard whose test stays done are written back as per-shard chunks, then the per-shard
 metadata, then the marker and the compacted objects are deleted. The test markers of the shards
 a damaged object held are cleared first (`lost_shards`), so those shards are tested again. A
-run killed while expanding leaves the marker: the next run expands again (or, with no test to
-rerun, finishes the expansion and compacts). At the end of that run the model is compacted again.
+run killed while expanding leaves the marker: the next run puts the compacted metadata back and
+expands again (or, with no test to rerun, keeps it compacted). At the end of that run the model
+is compacted again.
 """
 
 from __future__ import annotations
@@ -39,7 +47,7 @@ import numpy as np
 import zarr
 from zarr.core.buffer import cpu
 
-from storage.integrity import STAT, Checksums, check_chunks, sharded_chunk_shape
+from storage.integrity import SIZE, STAT, Checksums, check_chunks, parse_marker, sharded_chunk_shape
 from storage.layout import (
     COMPACT_SEPARATOR,
     COMPACT_STAGE,
@@ -142,36 +150,77 @@ def is_marked(store: StoreLike, model: str) -> bool:
     return locate(store).info(marker_key(model, COMPACT_STAGE)) is not None
 
 
-def revert_unmarked(store: StoreLike, model: str, shard_size: int) -> list[str]:
-    """For a model without a compaction marker (a compaction killed before it), put back the
-    per-shard metadata of every result array already switched and delete its compacted objects
-    (its per-shard chunks were never deleted). Returns the arrays reverted."""
+def unread_results(store: StoreLike, model: str, test_markers: Iterable[str]) -> list[str]:
+    """The test markers of `model` (names, `test-<i>`) whose per-shard result chunks are not all
+    in the store at the sizes they record (one listing): what reading them would give is fill
+    values, never the results (a marker from before checksums cannot be checked)."""
     location = locate(store)
-    reverted = []
-    for path, doc in result_documents(location, model).items():
-        if is_compacted(doc):
-            location.write(f"{path}/zarr.json", _dumps(per_shard_document(doc, shard_size)))
+    names = list(test_markers)
+    keys = [marker_key(model, name) for name in names]
+    texts = location.read_many(keys)
+    prefix = f"{model}/{RESULTS_GROUP}/"
+    listing = location.listing(prefix)
+    out = []
+    for name, key in zip(names, keys, strict=True):
+        data = texts[key]
+        vouched = (parse_marker(data, key) if data is not None else None) or {}
+        results = {k: v for k, v in vouched.items() if k.startswith(prefix)}
+        if check_chunks(location, results, depth=SIZE, listing=listing).damaged:
+            out.append(name)
+    return out
+
+
+def revert_unmarked(store: StoreLike, model: str, shard_size: int,
+                    test_markers: Iterable[str]) -> list[str]:
+    """For a model without a compaction marker (a compaction killed before it, or the marker
+    lost), put back the per-shard metadata of every result array of the compacted layout, and
+    delete its compacted objects only when the per-shard chunks that `test_markers` vouch for
+    are all there (a compaction killed before its marker never deleted them): compacted objects
+    that no marker vouches for may be the only copy left, so they stay (unread; the next
+    compaction overwrites them) while the tests whose chunks are gone run again. Returns the
+    arrays reverted."""
+    location = locate(store)
+    switched = [(path, doc) for path, doc in result_documents(location, model).items()
+                if is_compacted(doc)]
+    whole = not switched or not unread_results(location, model, test_markers)
+    for path, doc in switched:
+        location.write(f"{path}/zarr.json", _dumps(per_shard_document(doc, shard_size)))
+        if whole:
             _delete_objects(location, path, compacted=True)
-            reverted.append(path)
-    return reverted
+    return [path for path, _ in switched]
 
 
-def compact_model(store: StoreLike, model: str, shard_size: int) -> None:
-    """Rewrite every result array of `model` (all of its test tasks done) in the compacted
-    layout, mark it, delete the per-shard chunks (see the module); on a model already marked,
-    finish what a killed run left (delete leftover per-shard chunks, or finish an expansion and
-    compact again). Call under the store lock, with no task running."""
+def restore_compacted(store: StoreLike, model: str) -> list[str]:
+    """For a model with a compaction marker, put back the compacted metadata of every result
+    array whose document is per shard (an older copy restored, or an expansion killed before
+    the marker was cleared): the marker vouches for the compacted objects, which hold its
+    values (`lost_shards` checks them). Returns the arrays restored."""
+    location = locate(store)
+    restored = []
+    for path, doc in result_documents(location, model).items():
+        if not is_compacted(doc):
+            location.write(f"{path}/zarr.json", _dumps(compacted_document(doc)))
+            restored.append(path)
+    return restored
+
+
+def compact_model(store: StoreLike, model: str, shard_size: int,
+                  test_markers: Sequence[str]) -> bool:
+    """Rewrite every result array of `model` (all of its test tasks done: `test_markers`) in
+    the compacted layout, mark it, delete the per-shard chunks (see the module); on a model
+    already marked, finish what a killed run left (the compacted metadata put back where a
+    document is per shard, leftover per-shard chunks deleted). False, and nothing written, when
+    a test's per-shard chunks are not all there (`unread_results`): compacting would keep fill
+    values in their place. Call under the store lock, with no task running."""
     location = locate(store)
     if is_marked(location, model):
-        docs = result_documents(location, model)
-        if all(is_compacted(doc) for doc in docs.values()):
-            for path in docs:
-                _delete_objects(location, path, compacted=False)
-            return
-        attrs = open_root(location)[model].attrs
-        expand_model(location, model, shard_size,
-                     range(-(-int(attrs["n_inputs"]) // shard_size)))
-    revert_unmarked(location, model, shard_size)
+        restore_compacted(location, model)
+        for path in result_documents(location, model):
+            _delete_objects(location, path, compacted=False)
+        return True
+    revert_unmarked(location, model, shard_size, test_markers)
+    if unread_results(location, model, test_markers):
+        return False
     root = open_root(location)
     written: dict[str, list] = {}
     for path, doc in result_documents(location, model).items():
@@ -189,6 +238,7 @@ def compact_model(store: StoreLike, model: str, shard_size: int) -> None:
     mark_done(location, model, COMPACT_STAGE, sums)
     for path in result_documents(location, model):
         _delete_objects(location, path, compacted=False)
+    return True
 
 
 def lost_shards(store: StoreLike, model: str, shard_size: int, n_inputs: int, *,
@@ -231,10 +281,9 @@ def expand_model(store: StoreLike, model: str, shard_size: int, keep: Sequence[i
     tests stay done) written as per-shard chunks, then the per-shard metadata, then the marker
     and the compacted objects deleted. Under the store lock, before any task runs."""
     location = locate(store)
-    root = open_root(location)
+    restore_compacted(location, model)  # the values are read from the objects the marker
+    root = open_root(location)  # vouches for, whatever a document says (a killed expansion)
     for path, doc in result_documents(location, model).items():
-        if not is_compacted(doc):
-            continue  # expanded by a killed run already
         source = root[path]
         n = source.shape[0]
         blocks = ((slice(s * shard_size, min(s * shard_size + shard_size, n)),

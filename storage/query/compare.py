@@ -21,6 +21,7 @@ import xarray as xr
 import zarr
 
 from storage.errors import InputError
+from storage.layout import MEAN_HEAD
 from storage.location import StoreLike, locate
 from storage.query.bootstrap import (
     paired_difference_interval,
@@ -43,7 +44,8 @@ def compare_stores(a: StoreLike, b: StoreLike, by: Sequence[str] = (),
     bootstrap interval (`interval`: paired or unpaired), `compared` (cells tested in both, one
     to one) and `differ` (of those, the ones whose stored verdict differs).
 
-    Raises InputError (one line) when the stores share no model and token set (or layer)."""
+    Raises InputError (one line) when the stores share no model and token set (or layer), or
+    when a model's cells are not alike in both (`check_alike`)."""
     unknown = [key for key in by if key not in COMPARE_KEYS]
     if unknown:
         raise InputError(f"cannot compare by {unknown}: choose from {list(COMPARE_KEYS)}")
@@ -54,6 +56,7 @@ def compare_stores(a: StoreLike, b: StoreLike, by: Sequence[str] = (),
     rng = np.random.default_rng(seed)
     for model in [m for m in model_names(trees[0]) if m in model_names(trees[1])]:
         ds = [tree[model].to_dataset() for tree in trees]
+        check_alike(model, *(d["head"].values.tolist() for d in ds))
         token_sets = [t for t in ds[0]["token_set"].values.tolist()
                       if t in ds[1]["token_set"].values.tolist()]
         layers = [int(n) for n in ds[0]["layer"].values if n in ds[1]["layer"].values]
@@ -96,6 +99,23 @@ def compare_stores(a: StoreLike, b: StoreLike, by: Sequence[str] = (),
     table["difference"] = table["rate_a"] - table["rate_b"]
     columns = COLUMNS[:2] + (["layer"] if "layer" in by else []) + COLUMNS[2:]
     return table[columns]
+
+
+def check_alike(model: str, heads_a: list, heads_b: list) -> None:
+    """InputError (one line) unless `model`'s cells are of one kind in both stores: the same
+    heads (`mean` for head-averaged verdicts, `0`..`H-1` for every head): a head-averaged
+    verdict and a per-head one are different measurements, not one to compare."""
+    if [str(h) for h in heads_a] == [str(h) for h in heads_b]:
+        return
+    raise InputError(f"model {model!r}: store a holds {_heads(heads_a)} and store b "
+                     f"{_heads(heads_b)}; its cells are not alike, so they are not compared "
+                     f"(sweep both with the same `heads` option)")
+
+
+def _heads(heads: list) -> str:
+    if [str(h) for h in heads] == [MEAN_HEAD]:
+        return "head-averaged verdicts (heads: mean)"
+    return f"the verdicts of {len(heads)} heads each (heads: each)"
 
 
 def _rate(k: np.ndarray, m: np.ndarray) -> float:

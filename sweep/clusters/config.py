@@ -21,7 +21,7 @@ from pydantic import (
 )
 
 from storage.errors import InputError
-from storage.location import check_no_userinfo, has_userinfo
+from storage.location import check_no_userinfo, has_credentials
 from sweep.config.yaml_io import load_yaml, read_text
 
 Kind = Literal["local", "address", "slurm", "kubernetes"]
@@ -292,7 +292,7 @@ def _one_line(error: ValidationError, path: Path, text: str) -> str:
     if first["type"] == "missing":
         return f"{where}: {key}: required key is missing; add it"
     got = first.get("input")
-    secret = has_userinfo(str(got)) or "env" in loc  # a credential is never echoed
+    secret = has_credentials(str(got)) or "env" in loc  # a credential is never echoed
     shown = "" if isinstance(got, dict | list) or got is None or secret \
         else f" (got {got!r})"
     return f"{where}: {key}: {message}{shown}{hint}"

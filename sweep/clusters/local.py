@@ -12,13 +12,14 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
+import socket
 from collections.abc import Sequence
 
 from distributed import Nanny, Scheduler, Security, SpecCluster, Worker
 from distributed.comm.addressing import unparse_host_port
 from distributed.system import MEMORY_LIMIT
 
-from storage.errors import InputError
+from storage.errors import EnvironmentFault, InputError
 from sweep.clusters.config import THREAD_VARIABLES, ClusterConfig, Gpus, LocalConfig, LocalPool
 
 
@@ -133,6 +134,25 @@ def exposure_warning(cfg: ClusterConfig) -> str | None:
     return (f"sweep: warning: the local cluster listens on {cfg.local.host} without TLS: anyone "
             f"who reaches it can run code in this sweep; require TLS in Dask's configuration "
             f"(docs/faults.md, \"Who can reach the local cluster\") or set local.host: 127.0.0.1")
+
+
+def check_listen_host(cfg: ClusterConfig) -> None:
+    """EnvironmentFault (one line) when the local kind's `local.host` is no address this machine
+    can listen on (one that is not its own, a name that does not resolve): found by binding a
+    socket there, a free port, closed at once, before any store or cluster exists."""
+    if cfg.kind != "local":
+        return
+    host = cfg.local.host.strip("[]")
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(
+            host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.bind(address)
+    except OSError as error:
+        raise EnvironmentFault(
+            f"cluster local.host {cfg.local.host}: this machine cannot listen there "
+            f"({error.strerror or error}); set local.host to one of its own addresses "
+            f"(127.0.0.1, the default, keeps the cluster on this machine)") from None
 
 
 def start_local(cfg: ClusterConfig) -> SpecCluster:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from sweep.config.schema import SweepConfig
 
 BEST = "best"
-CHECKPOINT_NAME = re.compile(r"^(?P<model>.+)@(?:epoch(?P<epoch>\d+)|rev-(?P<revision>.+))$")
+CHECKPOINT_NAME = re.compile(r"^(?P<model>.+)@(?:epoch(?P<epoch>\d+)|rev-(?P<revision>.+))\Z")
 
 
 def epoch_name(model: str, epoch: int) -> str:

@@ -38,8 +38,8 @@ MAX_TRIAL_TASKS = 100_000  # trial-chunk tasks per baseline, and per model's mat
 MAX_TRIALS = 10**8  # trials per baseline (null, size) and per model's (null, token set)
 MAX_CHUNK_TRIALS = 10**6  # trials per task: about 21 CPU-minutes at size 256 (1.27 ms a trial)
 MAX_MODELS = 1_000  # models per sweep, seed replicates and controls included
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # a model name's `@rev-<r>` part
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # \Z: `$` lets "rob\n" through
+REVISION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z")  # a model name's `@rev-<r>` part
 # Model names are folder names in a store and parts of its object keys: `baseline` is a group of
 # its own, `zarr.json` the root's metadata (compared ignoring case: macOS file systems fold it).
 RESERVED_NAMES = frozenset({"baseline", "zarr.json"})
@@ -50,7 +50,7 @@ MESSAGES = {
     "extra_forbidden": "unknown key (check its spelling against the documented keys)",
     "missing": "required key is missing",
 }
-DEVICE = re.compile(r"^(auto|cpu|cuda(?::\d+)?)$")
+DEVICE = re.compile(r"^(auto|cpu|cuda(?::\d+)?)\Z")
 
 
 def check_device_name(device: str) -> str:
@@ -395,7 +395,8 @@ class SweepConfig(_Frozen):
 
 
 def _shown(name: str) -> str:
-    return name if len(name) <= 40 else f"{name[:40]}..."
+    shown = name if len(name) <= 40 else f"{name[:40]}..."
+    return shown if shown.isprintable() else repr(shown)  # a newline, a control: named
 
 
 def check_name(section: str, name: str) -> None:

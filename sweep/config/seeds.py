@@ -19,7 +19,7 @@ from storage.errors import InputError
 if TYPE_CHECKING:
     from sweep.config.schema import SweepConfig
 
-SEED_NAME = re.compile(r"^(?P<model>.+)@seed(?P<seed>\d+)$")
+SEED_NAME = re.compile(r"^(?P<model>.+)@seed(?P<seed>\d+)\Z")
 
 
 def seed_name(model: str, seed: int) -> str:

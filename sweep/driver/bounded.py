@@ -20,7 +20,7 @@ from storage.markers import MarkerIndex, marker_name
 from storage.store import StoreMismatchError, open_root, stored_model_attrs
 from sweep.config.schema import SweepConfig
 from sweep.driver.plan import ExtractTask, SweepPlan, TestTask
-from workers.tasks import attention_chunks
+from workers.tasks.shards import attention_chunks
 
 REEXTRACT_FLAG = "--reextract-attention"
 

@@ -7,7 +7,7 @@ import re
 from storage.errors import EnvironmentFault
 from sweep.config.schema import SweepConfig
 
-CUDA = re.compile(r"^cuda(?::(\d+))?$")
+CUDA = re.compile(r"^cuda(?::(\d+))?\Z")
 
 
 def cuda_device_count() -> int:

@@ -155,11 +155,15 @@ def repair_metadata(root: zarr.Group, plan: SweepPlan,
     array's document (its data type, shape or chunk shape edited, or unreadable) -> that array
     afresh; a results group's -> every result array; a group's own (its attributes,
     fingerprint included, are gone) -> the whole group, which `ensure_*` then creates as a new
-    one. Run under the lock, after the fingerprints are checked (`input_ids`: each planned
-    model's, for its `input_id` array); one stderr line per repair."""
+    one. A result array whose only fault is a layout other than its compaction marker's is
+    left to `sweep.driver.compaction.settle`, which reads its values where the marker says.
+    Run under the lock, after the fingerprints are checked (`input_ids`: each planned model's,
+    for its `input_id` array); one stderr line per repair."""
     location = location_of(root)
     models = {model.name: model for model in plan.models}
     for damage in metadata_damage(location, models):
+        if damage.layout:  # its values are where the marker says: `sweep.driver.compaction`
+            continue
         if damage.whole_group:
             location.delete_prefix(f"{damage.group}/")
             print(f"sweep: {damage.key}: {damage.reason}; the group is recreated and what it "

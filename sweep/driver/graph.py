@@ -9,7 +9,8 @@ Preparation and extraction take the `GPU` resource, tests and baseline chunks th
 (untagged tasks would land on GPU workers too). A task's future takes its dependencies' futures as
 arguments (a test its shard's extraction, an extraction its model's preparation), so it runs
 after them and never runs if one failed. Futures carry only the small frozen task specs; workers
-load models once through `workers.tasks`' per-process cache.
+load models once through `workers.tasks`' per-process cache; a worker imports only
+`sweep.driver.on_worker` and the modules of the stages it runs.
 """
 
 from __future__ import annotations
@@ -17,22 +18,14 @@ from __future__ import annotations
 import contextlib
 from collections import deque
 
-from distributed import Client, Future, as_completed, get_worker
+from distributed import Client, Future, as_completed
 
+from sweep.driver.on_worker import run_on_worker
 from sweep.driver.plan import ExtractTask, SweepPlan, Task, test_key
 from sweep.driver.runner import failure_text
 from sweep.terminal.interrupts import raise_if_interrupted
 from sweep.terminal.progress import progress as progress_reporter
 from sweep.terminal.quiet_logs import QuietTaskFailures, drop_compute_failed, quiet_shutdown
-from workers.tasks import numba_threads, run_task
-
-
-def _run(task: Task, *after: object) -> int:
-    """Worker side: run the task with numba on the worker's threads (`after` are the results it
-    waited for, unused)."""
-    with numba_threads(get_worker().state.nthreads):
-        return run_task(task)
-
 
 PRIORITY = {"test": 1}  # tests of extracted shards before new extractions (default 0)
 
@@ -83,7 +76,7 @@ class Submitter:
             after = tuple(self.futures[k] for k in self.plan.depends_on(task)
                           if k in self.futures)
             future = self.client.submit(
-                _run, task, *after, key=task.key, resources=task.resources,
+                run_on_worker, task, *after, key=task.key, resources=task.resources,
                 retries=self.retries, pure=False, priority=PRIORITY.get(task.stage, 0))
             self.futures[task.key] = future
             new.append(future)

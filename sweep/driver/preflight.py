@@ -24,6 +24,7 @@ from storage.layout import BASELINE_GROUP, BOOKKEEPING_DIR, FORMAT, NULLS_GROUP
 from storage.location import StoreLike, locate
 from storage.store import StoreMismatchError, group_attrs, unfinished_creation
 from sweep.clusters.client import ClusterConfig, check_store_fits_cluster
+from sweep.clusters.local import check_listen_host
 from sweep.config.schema import SweepConfig
 from sweep.driver.devices import check_devices
 from sweep.driver.plan import baseline_plan, model_config_inputs, with_defaults
@@ -45,9 +46,11 @@ not the default; tokenizer for tiny text models only)."""
 def check_cluster(config: SweepConfig, cluster: ClusterConfig | None) -> None:
     """The cluster the sweep would run on (None: this process, `--in-process`) can reach its
     store (`check_store_fits_cluster`), and this machine has the devices the models name when
-    the models run here (`check_devices`; remote workers may have GPUs this machine lacks)."""
+    the models run here (`check_devices`; remote workers may have GPUs this machine lacks), and
+    a local cluster can listen where it is told to (`check_listen_host`)."""
     if cluster is not None:
         check_store_fits_cluster(cluster, config.store_ref)
+        check_listen_host(cluster)
     if cluster is None or cluster.kind == "local":
         check_devices(config)
 

@@ -8,7 +8,7 @@ driver sees it cheaply before the lock: only the inputs whose recorded digest di
 change tokenizes nothing. Images and tables have one token count per model (`TokenLayout`), so
 only models whose token counts depend on the input are checked. A store from before digests
 (no `input_digest`) is not checked here; its extraction task refuses the input in the same line
-(`workers.tasks.too_many_tokens`).
+(`workers.tasks.shards.too_many_tokens`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sweep.config.schema import SweepConfig
 from sweep.driver.freshness import measured_datasets, plan_digests
 from workers.models.registry import resolve_model
 from workers.models.token_layout import token_layout
-from workers.tasks import too_many_tokens
+from workers.tasks.shards import too_many_tokens
 
 BATCH = 256  # inputs per tokenizer call
 

@@ -11,7 +11,7 @@ exactly as the sweep extracted them but for the dtype — the model from the gro
 checkpoint cache, refused when it is not there: this never trains), the inputs from the recorded
 dataset (their digests checked), in the sweep's own batches (a batch's padding changes the last
 bits) on the device kind the store pinned — re-tests them with the sweep's own test
-(`workers.tasks.evaluate_shard`, the stored tolerance and token sets) and counts the cells
+(`workers.tasks.verdicts.evaluate_shard`, the stored tolerance and token sets) and counts the cells
 (input-layer[-head] pairs with a verdict in both) whose verdict differs from the stored one.
 
 Per model and token set: `inputs` sampled, `cells`, `undecided` (of those cells, at `dtype`, as
@@ -50,7 +50,8 @@ from workers.inputs import DatasetSpec
 from workers.inputs.digests import input_digests
 from workers.models.extraction import Extraction, Extractor, load_extractor, model_dataset
 from workers.models.registry import ModelSpec, family_module, trained_here
-from workers.tasks import cached_dataset, evaluate_shard
+from workers.tasks.cache import cached_dataset
+from workers.tasks.verdicts import evaluate_shard
 
 FLIP_COLUMNS = ["model", "token_set", "dtype", "stored_dtype", "device", "inputs", "cells",
                 "undecided", "flipped", "flipped_undecided", "flipped_decided", "lost",

@@ -1,5 +1,5 @@
 """One input's result cells (per layer) filled from a `check` result and a rollout: shared by
-the restriction readings (`workers.tasks.evaluate_input`) and the stochastic complement
+the restriction readings (`workers.tasks.verdicts.evaluate_input`) and the stochastic complement
 (`workers.exact.readings`)."""
 
 from __future__ import annotations

@@ -11,11 +11,14 @@ stale) and by the extraction task (to verify what it reads, and to record it in 
   the table's fingerprint for a model trained on it (the digits ViT);
 - image: the file's (size, mtime_ns) from `os.stat`: the driver never decodes or reads an image
   (issue 9); an edit that keeps both size and nanosecond mtime goes unnoticed (documented in
-  docs/faults.md).
+  docs/faults.md). scikit-learn's bundled photos (`sklearn:sample_images`) by their bytes
+  instead: every installation of the package (the driver's venv, a worker image) gives the same
+  files other mtimes.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Iterable
@@ -44,6 +47,12 @@ def _image_file(dataset: Dataset, index: int) -> Path:
     return next(f for f in dataset.files if f.name == name)
 
 
+@functools.cache
+def _file_sha(path: Path, size: int, mtime_ns: int) -> str:
+    """The sha256 of a file's bytes (once per path, size and mtime)."""
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def _one(dataset: Dataset, index: int, salt: bytes, rows: np.ndarray | None) -> str:
     input_id = dataset.ids[index].encode()
     if dataset.kind == "text":
@@ -54,7 +63,10 @@ def _one(dataset: Dataset, index: int, salt: bytes, rows: np.ndarray | None) -> 
         row = np.ascontiguousarray(table.features[table_row], dtype=np.float64).tobytes()
         target = np.ascontiguousarray(table.target[table_row]).tobytes()
         return _sha(input_id, row, target, salt)
-    stat = os.stat(_image_file(dataset, index))
+    path = _image_file(dataset, index)
+    stat = os.stat(path)
+    if getattr(dataset, "root", None) is None:  # a photo bundled with scikit-learn
+        return _sha(input_id, _file_sha(path, stat.st_size, stat.st_mtime_ns).encode())
     return _sha(input_id, f"{stat.st_size}:{stat.st_mtime_ns}".encode())
 
 

@@ -18,11 +18,9 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
-import io
 import json
 import shutil
 import subprocess
-import tarfile
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -68,8 +66,9 @@ def model_location(source: str) -> str:
 
 def model_folder(spec: ModelSpec) -> str:
     """What `from_pretrained` loads for `spec`: `model_location(spec.source)`, except that a
-    `revision` of a local folder that is a git repository is that commit's files, extracted once
-    (`git archive`) into `<cache>/revisions/<commit>` (a hub id takes `hub_revision` instead)."""
+    `revision` of a local folder that is a git repository is that commit's files of the folder,
+    exported once (`checkout`: nothing the repository configures runs) into
+    `<cache>/revisions/<commit>-<tree>` (a hub id takes `hub_revision` instead)."""
     where = model_location(spec.source)
     revision = spec.options.get("revision")
     if revision is None or not Path(where).is_dir():
@@ -84,32 +83,96 @@ def hub_revision(spec: ModelSpec) -> dict[str, str]:
     return {} if revision is None or local else {"revision": revision}
 
 
+GIT = ("git", "-c", "core.fsmonitor=false", "-c", "core.hooksPath=/dev/null")
+"""git, with nothing a repository configures to run on the commands used here (`rev-parse`,
+`ls-tree`, `cat-file --batch` run no filter, textconv or hook whatever `.git/config` and the
+attributes say; these two settings are belt and braces)."""
+LFS_POINTER = b"version https://git-lfs.github.com/spec/v1\n"
+
+
+def _git(folder: Path, *args: str, data: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*GIT, "-C", str(folder), *args], input=data, capture_output=True,
+                          check=False)
+
+
 def checkout(folder: Path, revision: str) -> Path:
-    """The files of commit `revision` of the git repository `folder`, extracted (once, then
-    reused: a commit's files never change) under the cache; InputError naming an unknown
-    revision or a folder that is no git repository."""
-    git = ["git", "-C", str(folder)]
-    found = subprocess.run([*git, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}"],
-                           capture_output=True, text=True, check=False)
+    """The files of `folder` at commit `revision` of the git repository it is in (the whole
+    repository's or, for a subfolder, that subfolder's), exported once, then reused, under the
+    cache as `revisions/<commit>-<tree>`: the commit and the tree of that folder in it, so two
+    folders of one commit are two exports. The objects are read as stored (`git ls-tree`,
+    `git cat-file`): nothing the repository configures runs (no filter, no hook), unlike
+    `git archive`, which applies the attributes' filters. InputError naming an unknown
+    revision, a folder that is no git repository, a link in the tree, or a Git LFS pointer."""
+    found = _git(folder, "rev-parse", "--verify", "--quiet", f"{revision}^{{commit}}")
     if found.returncode != 0:
+        said = " ".join(found.stderr.decode(errors="replace").split())[:160]
         raise InputError(f"model folder {folder}: revision {revision!r} is not a commit of a git "
-                         f"repository there (git rev-parse: "
-                         f"{' '.join(found.stderr.split())[:160] or 'unknown revision'})")
-    commit = found.stdout.strip()
-    target = default_cache_dir() / "revisions" / commit
+                         f"repository there (git rev-parse: {said or 'unknown revision'})")
+    commit = found.stdout.decode().strip()
+    prefix = _git(folder, "rev-parse", "--show-prefix").stdout.decode().strip()
+    tree = _git(folder, "rev-parse", "--verify", "--quiet", f"{commit}:{prefix}")
+    if tree.returncode != 0:
+        raise InputError(f"model folder {folder}: commit {commit[:12]} ({revision!r}) has no "
+                         f"folder {prefix or '.'!r}")
+    tree_id = tree.stdout.decode().strip()
+    target = default_cache_dir() / "revisions" / f"{commit}-{tree_id}"
     if target.is_dir():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    archive = subprocess.run([*git, "archive", "--format=tar", commit], capture_output=True,
-                             check=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as scratch:
-        with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
-            tar.extractall(scratch, filter="data")
+        _export_tree(folder, tree_id, Path(scratch), f"{folder} at {revision!r}")
         try:
             Path(scratch).rename(target)  # atomic: a reader sees the whole commit or nothing
         except OSError:  # another process extracted it first
             shutil.rmtree(scratch, ignore_errors=True)
     return target
+
+
+def _export_tree(folder: Path, tree: str, into: Path, what: str) -> None:
+    """Write every file of the git tree `tree` (of the repository at `folder`) into `into`,
+    its bytes as stored; submodules are left out (as `git archive` leaves them)."""
+    listing = _git(folder, "ls-tree", "-r", "-z", "--full-tree", tree)
+    if listing.returncode != 0:
+        raise InputError(f"model folder {what}: git ls-tree failed "
+                         f"({' '.join(listing.stderr.decode(errors='replace').split())[:160]})")
+    blobs: list[tuple[str, str, str]] = []  # (mode, object id, path)
+    for entry in filter(None, listing.stdout.split(b"\0")):
+        head, _, name = entry.partition(b"\t")
+        mode, kind, object_id = head.decode().split()
+        path = name.decode("utf-8", errors="surrogateescape")
+        if kind == "commit":
+            continue  # a submodule: its files are in another repository
+        parts = path.split("/")
+        if mode == "120000" or any(part in ("", ".", "..") or part.lower() == ".git"
+                                   for part in parts):
+            raise InputError(f"model folder {what}: {path!r} is a symbolic link or a path "
+                             f"outside the folder; a model folder holds plain files")
+        blobs.append((mode, object_id, path))
+    batch = _git(folder, "cat-file", "--batch",
+                 data="".join(f"{object_id}\n" for _, object_id, _ in blobs).encode())
+    if batch.returncode != 0:
+        raise InputError(f"model folder {what}: git cat-file failed "
+                         f"({' '.join(batch.stderr.decode(errors='replace').split())[:160]})")
+    out, at = batch.stdout, 0
+    for mode, object_id, path in blobs:
+        header_end = out.index(b"\n", at)
+        header = out[at:header_end].decode(errors="replace").split()
+        if len(header) != 3 or header[0] != object_id or header[1] != "blob":
+            raise InputError(f"model folder {what}: {path!r} cannot be read from git "
+                             f"({' '.join(header[1:]) or 'no answer'})")
+        size = header[2]
+        data = out[header_end + 1:header_end + 1 + int(size)]
+        at = header_end + 1 + int(size) + 1
+        if data.startswith(LFS_POINTER):
+            raise InputError(f"model folder {what}: {path} is a Git LFS pointer, its content "
+                             f"not in the repository (git lfs runs a filter, which a model "
+                             f"folder's revision never does); check the revision out with "
+                             f"git lfs yourself and point the model at that folder")
+        file = into.joinpath(*path.split("/"))
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_bytes(data)
+        if mode == "100755":
+            file.chmod(0o755)
 
 
 def check_local_weights(spec: ModelSpec) -> None:

@@ -202,9 +202,14 @@ def pricing(plan: SweepPlan, datasets: dict[str, Any], cluster: ClusterConfig | 
             ) -> tuple[list[str], dict[str, Any]]:
     """The training runs that go first and the estimated wall time of what the store still
     lacks on the local default and, with `cluster`, on it: text lines and JSON data
-    (`sweep.driver.pricing`)."""
-    from sweep.driver.balance import cluster_pools
-    from sweep.driver.pricing import estimate_json, pricing_lines, training_runs, wall_estimate
+    (`sweep.driver.balance`)."""
+    from sweep.driver.balance import (
+        cluster_pools,
+        estimate_json,
+        pricing_lines,
+        training_runs,
+        wall_estimate,
+    )
 
     rows = {name: len(dataset.table.target) for name, dataset in datasets.items()
             if getattr(dataset, "table", None) is not None}

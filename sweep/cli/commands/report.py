@@ -12,6 +12,7 @@ from pathlib import Path
 from storage.errors import InputError, StoreDamagedError
 from storage.integrity import SIZE, check_metadata, damage_message, scan_store
 from storage.location import StoreLike, locate
+from storage.query.consistent import read_consistently
 from storage.store import open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import add_format_argument, check_writable_folder
@@ -82,6 +83,20 @@ FORMATS = ("csv", "json", "text")
 """`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
 CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
 DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
+REPORT = "report.json"  # the cache's name of the `Report` itself (`sweep.cli.report_cache`)
+
+
+MAX_RESAMPLES = 1_000_000  # 8 MB of float64 per resampled statistic
+
+
+def check_bootstrap_options(resamples: int, seed: int) -> None:
+    """InputError (one line) unless 1 <= `resamples` <= MAX_RESAMPLES and `seed` >= 0 (what
+    numpy's seeding takes): `sweep report` and `sweep compare` alike."""
+    if not 1 <= resamples <= MAX_RESAMPLES:
+        raise InputError(f"--resamples {resamples}: give 1 to {MAX_RESAMPLES:,} (the default "
+                         f"{DEFAULT_RESAMPLES} gives intervals to a fraction of a point)")
+    if seed < 0:
+        raise InputError(f"--seed {seed}: give 0 or more")
 
 
 def check_readable(store: StoreLike) -> None:
@@ -117,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
         check_writable_folder(args.plots, "--plots")
     if args.html is not None:
         check_html_path(args.html)
-    if args.resamples < 1:
-        raise InputError(f"--resamples {args.resamples}: give at least 1")
+    check_bootstrap_options(args.resamples, args.seed)
     fmt = args.format or ("text" if args.html is None else None)
     name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else fmt
     options = {"store": str(args.store), "tol": args.tol, "ci": args.ci,
@@ -131,8 +145,10 @@ def run(args: argparse.Namespace) -> int:
         page = None if args.html is None else cache.read("html")
         if text is not None and (args.html is None or page is not None):
             return write_outputs(text.decode(), fmt, args.html, page, [])
-    text, page, written = render(store, args, fmt, cache)
+    text, page, written, report = read_consistently(  # one layout, even while a run compacts
+        store, lambda: render(store, args, fmt, cache))
     if cache is not None and entry_key(location, options) == key:  # unchanged meanwhile
+        cache.dump(REPORT, report)
         if name is not None:
             cache.write(name, text.encode())
         if page is not None:
@@ -155,18 +171,18 @@ def write_outputs(text: str, fmt: str | None, html: Path | None, page: bytes | N
 
 
 def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
-           cache: ReportCache | None) -> tuple[str, bytes | None, list[Path]]:
-    """The text of `fmt`, the HTML page (with --html) and the figures written (--plots),
-    computed from the store; the `Report` object is kept in `cache` for the other formats."""
+           cache: ReportCache | None) -> tuple[str, bytes | None, list[Path], object]:
+    """The text of `fmt`, the HTML page (with --html), the figures written (--plots) and the
+    `Report`, computed from the store (the `Report` read back from `cache` if kept there)."""
     from storage.query import open_results
     from storage.query.results import in_memory
     from sweep.report.intervals import Bootstrap
-    from sweep.report.tables import RENDERERS, build_report, render_csv, table_names
+    from sweep.report.tables import RENDERERS, Report, build_report, render_csv, table_names
 
     if fmt == "csv" and args.table not in table_names():
         raise InputError(f"--table {args.table}: not a table of the report; one of "
                          f"{', '.join(table_names())}")
-    report = None if cache is None else cache.load("report.pickle")
+    report = None if cache is None else cache.load(REPORT, Report)
     if report is None or args.plots is not None or args.html is not None:
         check_readable(store)  # a kept Report was built from this very store, checked then
     try:
@@ -178,8 +194,6 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
             if report is None:
                 report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
                                       bootstrap=Bootstrap(args.resamples, args.seed))
-                if cache is not None:
-                    cache.dump("report.pickle", report)
             if fmt == "csv":
                 text = render_csv(report, args.table)
             else:
@@ -201,4 +215,4 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
         if damaged:
             raise StoreDamagedError(damage_message(store, damaged)) from None
         raise
-    return text, page, written
+    return text, page, written, report

@@ -7,7 +7,7 @@ import json
 from dataclasses import asdict
 
 from storage.attention import EXTRACT_STAGE
-from storage.integrity import variable_of
+from storage.integrity import LAYOUT_REASONS, variable_of
 from storage.query.status import AttentionHeld, StageStatus, attention_held, store_status
 from sweep.cli.commands.store_args import add_store_argument, store_ref
 from sweep.cli.outputs import add_format_argument
@@ -64,8 +64,9 @@ def text_lines(stages: list[StageStatus], held: list[AttentionHeld]) -> list[str
             out.append(f"damaged {s.scope} {name}: {', '.join(variables)}; rerun `sweep run` "
                        f"to recompute")
         for key, reason in sorted(s.metadata.items()):
-            out.append(f"damaged {s.scope} metadata {key}: {reason}; rerun `sweep run` to "
-                       f"recreate it and recompute what it held")
+            fix = "repair it" if reason in LAYOUT_REASONS else \
+                "recreate it and recompute what it held"
+            out.append(f"damaged {s.scope} metadata {key}: {reason}; rerun `sweep run` to {fix}")
         if s.missing:
             out.append(f"missing {s.scope}: its group is gone from the store; rerun `sweep run` "
                        f"to recompute it")
