@@ -80,6 +80,7 @@ SECTIONS = (
 (`## <heading>`; tests/test_doc_snippets.py checks a rendered report against it): the
 command's description names them."""
 FORMATS = ("csv", "json", "text")
+CACHED_AS = {"text": "md"}  # the Markdown text keeps its cache name from before `text`
 """`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
 CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
 DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
@@ -134,7 +135,7 @@ def run(args: argparse.Namespace) -> int:
         check_html_path(args.html)
     check_bootstrap_options(args.resamples, args.seed)
     fmt = args.format or ("text" if args.html is None else None)
-    name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else fmt
+    name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else CACHED_AS.get(fmt, fmt)
     options = {"store": str(args.store), "tol": args.tol, "ci": args.ci,
                "resamples": args.resamples, "seed": args.seed}
     location = locate(store)
