@@ -17,6 +17,11 @@ def fingerprint(value: Any) -> str:
     return hashlib.sha256(canonical_json(value).encode()).hexdigest()
 
 
+def stable_int(text: str) -> int:
+    """A 64-bit integer from `text` that is the same in every process (sha256, first 8 bytes)."""
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
+
+
 def _flatten(value: Any, prefix: str) -> dict[str, Any]:
     if isinstance(value, dict):
         flat: dict[str, Any] = {}

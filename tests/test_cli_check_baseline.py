@@ -21,7 +21,7 @@ def test_check_prints_one_json_record_per_matrix(tmp_path, capsys):
     a = rng.exponential(size=(3, 6, 6))
     a /= a.sum(axis=2, keepdims=True)
     np.save(tmp_path / "a.npy", a)
-    assert main(["check", str(tmp_path / "a.npy")]) == 0
+    assert main(["check", str(tmp_path / "a.npy"), "--format", "json"]) == 0
     out, err = capsys.readouterr()
     records = [json.loads(line) for line in out.splitlines()]
     assert len(records) == 3 and all(set(r) == KEYS for r in records)
@@ -31,7 +31,7 @@ def test_check_prints_one_json_record_per_matrix(tmp_path, capsys):
 
 def test_check_single_matrix_text_table_and_tolerance(tmp_path, capsys):
     np.save(tmp_path / "eye.npy", np.eye(4, dtype=np.float32))
-    assert main(["check", str(tmp_path / "eye.npy"), "--format", "text", "--tol", "1e-9"]) == 0
+    assert main(["check", str(tmp_path / "eye.npy"), "--tol", "1e-9"]) == 0  # text: default
     out = capsys.readouterr().out
     assert "1 matrices, 1 tight, 0 disagreements" in out
     assert out.splitlines()[1].split()[-2:] == ["0,1", "6"]
@@ -67,7 +67,8 @@ def test_check_rejects_a_negative_tolerance(tmp_path, capsys):
 
 
 def test_baseline_prints_one_record_per_size(capsys):
-    assert main(["baseline", "--sizes", "2,5", "--trials", "1500", "--seed", "3"]) == 0
+    assert main(["baseline", "--sizes", "2,5", "--trials", "1500", "--seed", "3",
+                 "--format", "json"]) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [r["n"] for r in records] == [2, 5]
     for r in records:
@@ -77,7 +78,7 @@ def test_baseline_prints_one_record_per_size(capsys):
 
 
 def test_baseline_text_format(capsys):
-    assert main(["baseline", "--sizes", "3", "--trials", "200", "--format", "text"]) == 0
+    assert main(["baseline", "--sizes", "3", "--trials", "200"]) == 0  # text: the default
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].split()[:5] == ["null", "n", "trials", "holding", "rate"]
     assert lines[1].split()[:3] == ["uniform", "3", "200"]
@@ -95,13 +96,14 @@ def test_baseline_bad_arguments_exit_2(capsys, argv, message):
 
 def test_baseline_runs_the_named_nulls_in_order(capsys):
     argv = ["baseline", "--sizes", "2,3", "--trials", "1e3", "--null", "softmax-b4,uniform",
-            "--null", "softmax-b4"]
+            "--null", "softmax-b4", "--format", "json"]
     assert main(argv) == 0
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [(r["null"], r["n"]) for r in records] == [
         ("softmax-b4", 2), ("softmax-b4", 3), ("uniform", 2), ("uniform", 3)]
     assert all(r["trials"] == 1000 for r in records)
-    assert main(["baseline", "--sizes", "3", "--trials", "1000"]) == 0  # default: uniform
+    assert main(["baseline", "--sizes", "3", "--trials", "1000", "--format", "json"]) == 0
+    # the default null: uniform
     (default,) = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert default == records[-1]
 

@@ -44,6 +44,44 @@ def test_the_headline_ranks_kinds_and_keeps_the_weakest_null():
                                   FINDINGS.loc[top.index].reset_index(drop=True))
 
 
+CONCENTRATED = "failures by layer ...; they concentrate in layer 0"
+STUDY = pd.DataFrame([  # one seed, swept over its checkpoints (issue 45's small study)
+    finding("lm", "vs_control", 0.6),
+    finding("lm", "vs_null:uniform", 0.65),
+    finding("lm", "failures_by_layer", text=f"lm (all): {CONCENTRATED}"),
+    *(finding(f"vit@seed0@epoch{k}", kind, -0.1, text=f"vit@seed0@epoch{k} (all): "
+              f"{CONCENTRATED if kind == 'failures_by_layer' else kind}")
+      for k in (0, 5, 20) for kind in ("vs_null:uniform", "failures_by_layer")),
+    finding("vit@seed0", "vs_null:uniform", -0.13),
+    finding("vit@seed0", "failures_by_layer", text=f"vit@seed0 (all): {CONCENTRATED}"),
+    finding("vit@seed0", "vs_control", -0.22),  # one seed: no across-seed finding replaces it
+    finding("vit@seed0@random-init", "vs_null:uniform", 0.08),
+    finding("vit", "over_training_vs_control", -0.2),
+    finding("vit", "over_training_vs_nulls", -0.1),
+], columns=COLUMNS)
+
+
+def test_separations_from_controls_over_training_and_nulls_lead_failures_follow():
+    top = headline(STUDY)
+    assert list(zip(top["model"], top["kind"], strict=True)) == [
+        ("lm", "vs_control"),
+        ("vit@seed0", "vs_control"),  # a single seed's replicate keeps its own comparison
+        ("vit", "over_training_vs_control"),
+        ("vit", "over_training_vs_nulls"),
+        ("lm", "vs_null:uniform"),
+        ("lm", "failures_by_layer"),  # the checkpoints' and the trained ViT's: in the trajectory
+    ]
+
+
+def test_a_replicate_gives_way_to_its_seeds_only_where_they_have_a_finding():
+    rows = pd.DataFrame([finding("f@seed0", "vs_control", 0.05, "all"),
+                         finding("f@seed0", "vs_control", 0.05, "content"),
+                         finding("f", "seeds_vs_control", 0.03, "all")], columns=COLUMNS)
+    top = headline(rows)
+    assert list(zip(top["model"], top["token_set"], strict=True)) == [
+        ("f@seed0", "content"), ("f", "all")]
+
+
 def test_at_most_ten_and_the_section_points_to_the_rest():
     many = pd.DataFrame([finding(f"m{i}", "vs_control") for i in range(15)], columns=COLUMNS)
     assert len(headline(many)) == HEADLINE_LIMIT == 10

@@ -53,7 +53,8 @@ def test_by_default_the_table_without_the_resolved_config(tmp_path, monkeypatch,
     assert rows[1][:8] == ["a-model-with-a-name-longer-than-the-column", "photos", "10", "3",
                            "2", "1", "17", "6"]  # a long name keeps its row's columns
     assert "attention: every model keeps all of it (peak = the total above)" in lines
-    assert len(lines) <= 12
+    assert len(lines) <= 14  # and the estimated wall time (sweep.driver.balance)
+    assert lines[-1].startswith("estimated wall time on the local default")
 
 
 def test_verbose_adds_the_resolved_config_and_every_models_peak(tmp_path, monkeypatch, capsys):

@@ -312,3 +312,49 @@ def test_xarrays_own_reader_opens_the_store_to_the_same_verdicts(store, tree):
         for var in ("kappa", "margin", "holds", "slack", "status"):
             np.testing.assert_array_equal(raw[f"{name}/results"][var].values,
                                           tree[name][var].values, err_msg=f"{name}/{var}")
+
+
+def test_group_counts_equal_xarray_groupby_in_order_of_first_appearance():
+    rng = np.random.default_rng(3)
+    size = 500
+    keys = {"model": rng.choice(np.array(["b", "a@seed0@epoch5", "a@seed0", "c"], dtype=object),
+                                size),
+            "layer": rng.integers(0, 4, size), "token_set": rng.choice(
+                np.array(["content", "all"], dtype=object), size)}
+    depth = keys["layer"] / 4.0  # one relative depth per layer: constant within its groups
+    counts = xr.Dataset({"holding": ("cell", rng.integers(0, 50, size)),
+                         "cells": ("cell", rng.integers(50, 99, size))},
+                        coords={**{k: ("cell", v) for k, v in keys.items()},
+                                "relative_depth": ("cell", depth)})
+    by = ["model", "layer", "token_set"]
+    got = group_counts(counts, by, keep=["relative_depth"])
+    oracle = counts[["holding", "cells"]].groupby(by).sum().stack(group=by)
+    seen = list(dict.fromkeys(zip(*(keys[k].tolist() for k in by), strict=True)))
+    assert list(zip(*(got[k].values.tolist() for k in by), strict=True)) == seen
+    for i, group in enumerate(seen):
+        expected = oracle.sel(group=group)
+        assert got["holding"].values[i] == expected["holding"] and got["holding"].dtype == np.int64
+        assert got["cells"].values[i] == expected["cells"]
+        assert got["relative_depth"].values[i] == group[1] / 4.0
+
+
+def test_a_report_of_the_store_in_memory_equals_the_lazy_one(tree):
+    from storage.query.results import in_memory
+    from sweep.report.tables import build_report, render_json
+
+    loaded = in_memory(tree)
+    assert all(not hasattr(v.data, "dask") for node in loaded.subtree
+               for v in node.to_dataset().data_vars.values())
+    assert list(loaded.children) == list(tree.children) and loaded.attrs == tree.attrs
+    assert render_json(build_report(loaded, store="s", ci="bootstrap")) == \
+        render_json(build_report(tree, store="s", ci="bootstrap"))
+    lazy = in_memory(tree, budget=0)  # nothing fits: the results stay lazy
+    assert hasattr(lazy["alpha"]["holds"].data, "dask")
+
+
+def test_cells_keep_the_stores_model_order_when_grouped(store):
+    ds = cells(store)
+    order = ds["model"].to_index().categories.tolist()
+    assert order == list(open_results(store).children)[:len(order)]
+    grouped = ds["holds"].where(ds["status"] == 0).groupby("model").mean()
+    assert grouped["model"].values.tolist() == order

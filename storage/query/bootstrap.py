@@ -9,9 +9,11 @@ so the layers of one input move together. Intervals are the 2.5% and 97.5% perce
 - `paired`: trained - control on the same inputs (aligned by the caller) takes the same weights
   for both, so what the inputs share cancels.
 - `lift` over a null: the null's trials are independent draws; its own uncertainty enters as
-  a parametric bootstrap of its count (binomial(T, p_null) / T per resample).
+  a parametric bootstrap of its count (binomial(T, p_null) / T per resample), subtracted from
+  the rate's resamples (the report draws a rate's resamples once and reads its interval, its
+  design effect and its lift over every null from them: `sweep.report.intervals`).
 - Seeds: a statistic's weights come from SeedSequence(seed, spawn_key=key) with a key the
-  caller derives from names (`workers.nulls.registry.stable_int`), so an interval does not depend on
+  caller derives from names (`storage.fingerprint.stable_int`), so an interval does not depend on
   which other intervals the report computes.
 """
 
@@ -87,24 +89,26 @@ def paired_difference_interval(holding: np.ndarray, cells: np.ndarray,
     return percentile_interval(diff)
 
 
-def lift_samples(holding: np.ndarray, cells: np.ndarray, null_holding: int, null_trials: int,
-                 resamples: int, rng: np.random.Generator) -> np.ndarray:
-    """(resamples,) resampled lifts rate - null rate: the rate by the cluster bootstrap over
-    inputs, the null's rate by a binomial(null_trials, its rate) draw per resample (its trials
-    are independent), both from `rng` (weights first). Empty when either has no count."""
-    if np.sum(cells) <= 0 or null_trials <= 0:
+def lift_samples(rates: np.ndarray, null_holding: int, null_trials: int,
+                 rng: np.random.Generator) -> np.ndarray:
+    """Resampled lifts rate - null rate: `rates` (the rate's resamples, `ratio_resamples`)
+    less the null's rate by a binomial(null_trials, its rate) draw per resample from `rng` (its
+    trials are independent). Empty when the null has no trial."""
+    if null_trials <= 0:
         return np.empty(0, dtype=np.float64)
-    rates = ratio_resamples(holding, cells, resamples, rng)
-    nulls = rng.binomial(null_trials, null_holding / null_trials, size=resamples) / null_trials
-    return rates - nulls
+    nulls = rng.binomial(null_trials, null_holding / null_trials, size=rates.shape[0])
+    return rates - nulls / null_trials
 
 
 def lift_interval(holding: np.ndarray, cells: np.ndarray, null_holding: int, null_trials: int,
                   resamples: int, rng: np.random.Generator,
                   level: float = LEVEL) -> tuple[float, float]:
-    """The `level` (95%) percentile interval of `lift_samples`."""
-    return percentile_interval(lift_samples(holding, cells, null_holding, null_trials,
-                                            resamples, rng), level)
+    """The `level` (95%) percentile interval of the lift over a null: the rate's resamples
+    (`ratio_resamples`), then the null's draws (`lift_samples`), both from `rng`."""
+    if np.sum(cells) <= 0:
+        return np.nan, np.nan
+    rates = ratio_resamples(holding, cells, resamples, rng)
+    return percentile_interval(lift_samples(rates, null_holding, null_trials, rng), level)
 
 
 def design_effect(holding: np.ndarray, cells: np.ndarray, resamples: int,
@@ -113,11 +117,15 @@ def design_effect(holding: np.ndarray, cells: np.ndarray, resamples: int,
     cells (M = sum m): 1 when cells act independently, above 1 when an input's cells move
     together, below 1 when inputs are more alike than independent cells (layers as strata).
     NaN when p is 0 or 1 or there is no cell."""
+    if float(np.sum(cells)) <= 0:
+        return np.nan
+    return design_effect_of(ratio_resamples(holding, cells, resamples, rng), holding, cells)
+
+
+def design_effect_of(samples: np.ndarray, holding: np.ndarray, cells: np.ndarray) -> float:
+    """`design_effect` from the rate's resamples already drawn (`ratio_resamples`)."""
     total = float(np.sum(cells))
-    if total <= 0:
+    p = float(np.sum(holding)) / total if total > 0 else np.nan
+    if not 0.0 < p < 1.0:
         return np.nan
-    p = float(np.sum(holding)) / total
-    if p <= 0.0 or p >= 1.0:
-        return np.nan
-    samples = ratio_resamples(holding, cells, resamples, rng)
     return float(np.nanvar(samples, ddof=1) / (p * (1 - p) / total))

@@ -83,13 +83,41 @@ def open_results(store: StoreLike, storage_options: dict | None = None) -> xr.Da
     return xr.DataTree.from_dict(nodes)
 
 
+IN_MEMORY_BYTES = 1 << 30
+"""The most result bytes `in_memory` reads into memory (1 GiB): a store's results up to that size
+are read once, each array whole, and reduced by numpy; beyond it they stay lazy (dask, chunk by
+chunk)."""
+
+
+def in_memory(tree: xr.DataTree, budget: int = IN_MEMORY_BYTES) -> xr.DataTree:
+    """`tree` with its nodes' variables read into memory while their bytes sum to at most
+    `budget` (node by node, in order; the rest stay lazy): the same values, each array read once
+    instead of once per reduction that uses it, and no dask graph per reduction."""
+    nodes, left = {}, budget
+    for node in tree.subtree:
+        ds = node.to_dataset()
+        if ds.nbytes <= left:
+            ds, left = ds.compute(), left - ds.nbytes  # a copy: `tree` stays lazy
+        nodes[node.path] = ds
+    return xr.DataTree.from_dict(nodes)
+
+
 def cells(store: StoreLike, storage_options: dict | None = None,
           models: Sequence[str] | None = None) -> xr.Dataset:
     """Every cell of a store across models as one lazy Dataset along `cell`
     (`storage.query.tidy.tidy_cells`): coordinates model, input, layer, relative_depth, head,
     token_set; every result variable and `n_tokens`. `store` and `storage_options` as for
-    `open_results`; `models` picks some (default: all, in the store's order)."""
-    return tidy_cells(open_results(store, storage_options), models)
+    `open_results`; `models` picks some, in their order (default: all, in the store's order).
+
+    `model` is a pandas categorical whose categories are the models in that order, so
+    `.groupby("model")` keeps it (the store's: a model's checkpoints by epoch, then the model,
+    then its control: `vit@seed0@epoch0`, `vit@seed0@epoch5`, `vit@seed0@epoch20`,
+    `vit@seed0`, `vit@seed0@random-init`) rather than sorting the names as text."""
+    tree = open_results(store, storage_options)
+    order = model_names(tree) if models is None else list(dict.fromkeys(models))
+    tidy = tidy_cells(tree, order)
+    return tidy.assign_coords(model=("cell", pd.Categorical(tidy["model"].values,
+                                                            categories=order)))
 
 
 def holding_rates(

@@ -1,13 +1,39 @@
-"""Output paths checked before the work that fills them: a file where a folder is needed, a
-read-only or unwritable place. Refusals raise before anything is created."""
+"""What a command outputs: the `--format` names every command shares, and output paths
+checked before the work that fills them (a file where a folder is needed, a read-only or
+unwritable place; refusals raise before anything is created)."""
 
 from __future__ import annotations
 
+import argparse
 import errno
 import os
 from pathlib import Path
 
 from storage.errors import InputError
+
+FORMATS = ("text", "json", "csv")
+"""`--format` values, the same on every command: `text` for a reader (a table; Markdown for
+`sweep report` and `sweep precision`), the default everywhere; `json` for a program; `csv` where
+the output is one table."""
+FORMAT_ALIASES = {"md": "text", "markdown": "text"}
+"""Older or other names kept working (`sweep report --format md` before the names were one
+scheme): each reads as the format it names."""
+
+
+def format_name(value: str) -> str:
+    """A `--format` value with its alias resolved (`md` -> `text`); others unchanged."""
+    return FORMAT_ALIASES.get(value, value)
+
+
+def add_format_argument(parser: argparse.ArgumentParser, formats: tuple[str, ...],
+                        help: str = "", default: str | None = "text") -> None:
+    """`--format` with `formats` (FORMATS that the command writes, `text` among them), their
+    aliases (FORMAT_ALIASES) and `help` after the list of choices."""
+    if not set(formats) <= set(FORMATS) or "text" not in formats:
+        raise ValueError(f"--format {formats}: give some of {FORMATS}, text among them")
+    parser.add_argument("--format", type=format_name, choices=formats, default=default,
+                        help=(help or f"default {default}") + "; md reads as text (the same "
+                        "--format names on every command)")
 
 
 def first_existing(path: Path) -> Path:

@@ -87,6 +87,18 @@ def _attention(value: Any) -> Any:
     return value
 
 
+def _rollout(value: Any) -> Any:
+    """`rollout: off` unquoted is YAML 1.1's false (so are `no` and `false`): read as 'off', for
+    this field only. YAML's true (`on`, `yes`, `true`) names no mode: refused, saying to quote
+    the mode meant."""
+    if value is False:
+        return "off"
+    if value is True:
+        raise ValueError("true (YAML reads on, yes and true unquoted as true): give one of "
+                         "'every', 'last' or 'off', in quotes")
+    return value
+
+
 def _resolve(path: Path | None, info: ValidationInfo) -> Path | None:
     """A relative path is relative to the config file's folder (`context["base"]`)."""
     if path is None:
@@ -299,7 +311,8 @@ class SweepConfig(_Frozen):
     `rollout` (workers.exact.equality.ROLLOUT_MODES): where the test stage computes the whole
     rollout's kappa(M_l ... M_1) and its product bound: `every` layer (default), the `last`
     layer only (the products still run through every layer; kappa of one product instead of
-    L), or `off`; the rollout results are NaN where not computed, so a store keeps one setting.
+    L), or `off` (also unquoted: YAML's false); the rollout results are NaN where not computed,
+    so a store keeps one setting.
     `rollout_device`: where the rollout's products and their kappa run: in the CPU test task
     (`test`, the default), or in float64 on the extraction's torch device (`extraction`: the
     test task reads the kappa back; they differ from the CPU's by float64 rounding within
@@ -327,6 +340,7 @@ class SweepConfig(_Frozen):
 
     _store = field_validator("store")(_resolve_store)
     _attention = field_validator("attention", mode="before")(_attention)
+    _rollout = field_validator("rollout", mode="before")(_rollout)
 
     @field_validator("storage_options")
     @classmethod

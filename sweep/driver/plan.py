@@ -54,14 +54,15 @@ class ModelFacts:
     cube_sum: int  # sum over inputs of T^3 // 2: pair-elements of one layer's test
     n_heads: int = 1  # maps the store keeps per layer: 1 (head-averaged), or the model's heads
     head_dim: int | None = None  # each head's query/key width (the `qk-head` null's d)
+    width: int | None = None  # the model's width (heads x head_dim): what extraction costs
 
     @classmethod
     def from_counts(cls, input_ids: tuple[str, ...], n_layers: int,
                     token_counts: list[int] | tuple[int, ...], n_heads: int = 1,
-                    head_dim: int | None = None) -> ModelFacts:
+                    head_dim: int | None = None, width: int | None = None) -> ModelFacts:
         """Facts from each input's real token count."""
         return cls(input_ids, n_layers, max(token_counts), sum(t**3 // 2 for t in token_counts),
-                   n_heads, head_dim)
+                   n_heads, head_dim, width)
 
 
 class Fingerprinted:
@@ -166,6 +167,7 @@ class ModelPlan(Fingerprinted):
     kept: frozenset[int] | None = None  # inputs whose attention stays (None: all)
     head_dim: int | None = None  # each head's query/key width: not a fingerprint input
     rollout_device: str = "test"  # where the rollout's products run: test (CPU) or extraction
+    width: int | None = None  # heads x head_dim (None: unknown): not a fingerprint input
 
     @property
     def heads(self) -> list[str]:
@@ -344,6 +346,7 @@ def model_plan(config: SweepConfig, name: str, facts: ModelFacts) -> ModelPlan:
         attention=policy,
         kept=None if policy.mode == "keep" else policy.kept(name, facts.input_ids),
         head_dim=facts.head_dim,
+        width=facts.width,
     )
 
 

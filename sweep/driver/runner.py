@@ -117,7 +117,9 @@ def gather_facts(config: SweepConfig, name: str, *, progress: bool = False,
     layout = token_layout(spec, dataset)
     counts = _token_counts(name, layout, dataset, progress)
     facts = ModelFacts.from_counts(tuple(dataset.ids), layout.n_layers, counts,
-                                   layout.n_heads if spec.heads == "each" else 1, layout.head_dim)
+                                   layout.n_heads if spec.heads == "each" else 1, layout.head_dim,
+                                   None if layout.head_dim is None else
+                                   layout.n_heads * layout.head_dim)
     tokens = f"{facts.t_max} tokens" if not layout.per_input else \
         f"{min(counts)}-{facts.t_max} tokens"
     say(f"planning {name}: {len(dataset)} inputs, {tokens}, {facts.n_layers} layers", progress)

@@ -45,10 +45,12 @@ import xarray as xr
 
 from storage.query.results import model_names
 from storage.query.statistics import wilson_interval
+from sweep.config.checkpoints import CHECKPOINT_NAME
 from sweep.config.seeds import SEED_NAME
 from sweep.report.controls import newcombe_interval
 from sweep.report.nulls import simultaneous_level, simultaneous_z
 from sweep.report.seeds import t_interval
+from sweep.report.training import FINDING_KINDS as OVER_TRAINING  # named by trajectory
 
 COLUMNS = ["model", "token_set", "kind", "estimate", "ci_low", "ci_high", "text", "ci_method"]
 VERDICTS = {1: "tighter than", -1: "looser than", 0: "indistinguishable from"}
@@ -295,26 +297,49 @@ def head_pairs(tree: xr.DataTree) -> list[tuple[str, str]]:
 
 
 HEADLINE_LIMIT = 10
-HEADLINE_ORDER = ("vs_control", "seeds_pooled_vs_control", "seeds_vs_control", "vs_null",
-                  "failures_by_layer", "per_head_vs_head_mean")
-"""The kinds a headline draws from, most telling first (see `headline`)."""
+HEADLINE_ORDER = ("vs_control", "seeds_pooled_vs_control", "seeds_vs_control",
+                  "over_training_vs_control", "over_training_vs_nulls", "vs_null",
+                  "per_head_vs_head_mean", "failures_by_layer")
+"""The kinds a headline draws from, most telling first (see `headline`): the separations (from
+the controls, across seeds, over training, from the nulls, per head) before the per-layer
+failure lists."""
+
+
+def trajectory_of(model: str) -> str:
+    """The trajectory a model belongs to, as its over-training findings name it:
+    `vit@seed0@epoch5` and `vit@seed0` -> `vit`; a name with neither suffix unchanged."""
+    checkpoint = CHECKPOINT_NAME.match(model)
+    base = checkpoint["model"] if checkpoint else model
+    seeded = SEED_NAME.match(base)
+    return seeded["model"] if seeded else base
 
 
 def headline(findings: pd.DataFrame, limit: int = HEADLINE_LIMIT) -> pd.DataFrame:
     """At most `limit` findings to read first, ranked by HEADLINE_ORDER (then in the report's
-    order): a model against its control (not one seed's replicate: its seeds' findings say
-    more), the findings across seeds, each model's *weakest* null comparison per token set (the
-    smallest lift: what holds against every null), failures that concentrate in a layer, and
-    the per-head comparisons. Random-init controls' own comparisons and the rest stay in the
-    full list. Rows are the findings' own, unchanged."""
+    order): a model against its control, the findings across seeds, over training and against
+    the nulls (each model's *weakest* null per token set: the smallest lift, what holds against
+    every null), the per-head comparisons, then failures that concentrate in a layer. Left to
+    the full list: random-init controls' own comparisons; a seed replicate's comparisons where
+    its seeds have a finding (it says more; with one seed the replicate's own stay); the null
+    comparisons and failures of a model swept over its checkpoints (its checkpoints and the
+    trained model itself) where its trajectory has findings over training (they say it per
+    checkpoint). Rows are the findings' own, unchanged."""
     if findings.empty:
         return findings
     rows = findings.reset_index(drop=True)
     kinds = rows["kind"].str.split(":").str[0]
     control = rows["model"].str.endswith("@random-init")
-    replicate = rows["model"].str.contains("@seed", regex=False)
+    across_seeds = {(m, t) for m, t, k in zip(rows["model"], rows["token_set"], kinds,
+                                              strict=True) if k == "seeds_vs_control"}
+    replicate = pd.Series([(match["model"], t) in across_seeds if (match := SEED_NAME.match(m))
+                           else False for m, t in zip(rows["model"], rows["token_set"],
+                                                      strict=True)], index=rows.index)
+    trajectories = set(rows.loc[kinds.isin(OVER_TRAINING), "model"])
+    swept = pd.Series([m not in trajectories and trajectory_of(m) in trajectories
+                       for m in rows["model"]], index=rows.index)
     keep = kinds.isin(HEADLINE_ORDER) & ~control
     keep &= ~((kinds == "vs_control") | (kinds == "vs_null")) | ~replicate
+    keep &= ~((kinds == "vs_null") | (kinds == "failures_by_layer")) | ~swept
     keep &= (kinds != "failures_by_layer") | rows["text"].str.contains("they concentrate in")
     chosen = rows[keep].assign(_kind=kinds[keep])
     nulls = chosen[chosen["_kind"] == "vs_null"]
@@ -335,9 +360,9 @@ def headline_section(findings: pd.DataFrame | None) -> list[str]:
         return []
     return ["## Headline findings", "",
             f"The {len(top)} findings to read first, of {len(findings)} (each model against its "
-            "control, across seeds, against its weakest size-matched null, failures that "
-            "concentrate in a layer); every finding, with how they are computed, ends the "
-            "report.", "", *(f"- {text}" for text in top["text"]), ""]
+            "control, across seeds, over training, against its weakest size-matched null, "
+            "then failures that concentrate in a layer); every finding, with how they are "
+            "computed, ends the report.", "", *(f"- {text}" for text in top["text"]), ""]
 
 
 def markdown_section(findings: pd.DataFrame) -> list[str]:

@@ -4,8 +4,11 @@ the same inputs) and lift over a null (the null's own binomial uncertainty inclu
 `intervals` table that sets them beside the Wilson intervals (width ratio, design effect).
 
 Each statistic's resamples come from SeedSequence(seed, spawn_key=(what, model, token set[,
-null])) with names hashed by `workers.nulls.registry.stable_int`: an interval does not depend on
-which others are computed.
+null])) with names hashed by `storage.fingerprint.stable_int`: an interval does not depend on
+which others are computed. A rate's resamples (what = "rate") are drawn once (`rate_resamples`)
+and read by its interval, its design effect and its lift over each null (whose binomial draws
+come from (lift, model, token set, null)); a paired difference draws its own (paired, model,
+token set).
 """
 
 from __future__ import annotations
@@ -17,17 +20,17 @@ import numpy as np
 import pandas as pd
 import xarray as xr
 
+from storage.fingerprint import stable_int
 from storage.query.bootstrap import (
-    design_effect,
+    design_effect_of,
     generator,
     lift_samples,
     paired_difference_interval,
     percentile_interval,
-    rate_interval,
+    ratio_resamples,
 )
 from storage.query.results import holds, model_names, ok
 from sweep.report.nulls import simultaneous_level
-from workers.nulls.registry import stable_int
 
 CI_METHODS = ("wilson", "bootstrap")
 DEFAULT_RESAMPLES = 2000
@@ -64,11 +67,18 @@ def per_input_counts(tree: xr.DataTree, tol: float | None) -> dict[tuple[str, st
     return out
 
 
-def bootstrap_summary(summary: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.DataFrame:
-    """`summary` with ci_low/ci_high from the cluster bootstrap over inputs."""
+def rate_resamples(counts: dict, how: Bootstrap) -> dict[tuple[str, str], np.ndarray]:
+    """(model, token set) -> its rate's resamples, (resamples,) each, for the keys of `counts`
+    (`per_input_counts`) with at least one cell: drawn once, read by every statistic of it."""
+    return {key: ratio_resamples(k, m, how.resamples, how.rng("rate", *key))
+            for key, (_, k, m) in counts.items() if np.sum(m) > 0}
+
+
+def bootstrap_summary(summary: pd.DataFrame, samples: dict) -> pd.DataFrame:
+    """`summary` with ci_low/ci_high from the cluster bootstrap over inputs (`samples`:
+    `rate_resamples`)."""
     table = summary.copy()
-    ends = [rate_interval(counts[key][1], counts[key][2], how.resamples,
-                          how.rng("rate", *key)) if key in counts else (np.nan, np.nan)
+    ends = [percentile_interval(samples[key]) if key in samples else (np.nan, np.nan)
             for key in zip(table["model"], table["token_set"], strict=True)]
     table["ci_low"], table["ci_high"] = np.array(ends, dtype=np.float64).reshape(-1, 2).T
     return table
@@ -110,39 +120,40 @@ def bootstrap_head_differences(pairs: list[tuple[str, str]], counts: dict, how: 
     return out
 
 
-def bootstrap_lifts(nulls: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.DataFrame:
-    """`nulls` (`report_nulls.null_lifts`) with lift_ci_low/high from the bootstrap over inputs
-    and a binomial draw of the null's count per resample, and lift_sim_low/high: the percentile
-    interval of the same resamples at the Bonferroni level of the model's `comparisons`."""
+def bootstrap_lifts(nulls: pd.DataFrame, samples: dict, how: Bootstrap) -> pd.DataFrame:
+    """`nulls` (`report_nulls.null_lifts`) with lift_ci_low/high from the rate's resamples over
+    inputs (`samples`: `rate_resamples`) less a binomial draw of the null's count per resample,
+    and lift_sim_low/high: the percentile interval of the same resamples at the Bonferroni level
+    of the model's `comparisons`."""
     table = nulls.copy()
     ends = []
     for r in table.to_dict("records"):
         key = (r["model"], r["token_set"])
-        if key not in counts or not r["trials"]:
+        if key not in samples or not r["trials"]:
             ends.append((np.nan,) * 4)
             continue
-        samples = lift_samples(counts[key][1], counts[key][2], int(r["holding"]),
-                               int(r["trials"]), how.resamples,
-                               how.rng("lift", *key, r["null"]))
-        ends.append((*percentile_interval(samples),
-                     *percentile_interval(samples, simultaneous_level(int(r["comparisons"])))))
+        lifts = lift_samples(samples[key], int(r["holding"]), int(r["trials"]),
+                             how.rng("lift", *key, r["null"]))
+        ends.append((*percentile_interval(lifts),
+                     *percentile_interval(lifts, simultaneous_level(int(r["comparisons"])))))
     (table["lift_ci_low"], table["lift_ci_high"], table["lift_sim_low"],
      table["lift_sim_high"]) = np.array(ends, dtype=np.float64).reshape(-1, 4).T
     return table
 
 
-def interval_table(summary: pd.DataFrame, counts: dict, how: Bootstrap) -> pd.DataFrame:
+def interval_table(summary: pd.DataFrame, counts: dict, samples: dict) -> pd.DataFrame:
     """Per model and token set: Wilson beside the bootstrap interval (from `summary` with
-    Wilson intervals), the width ratio bootstrap / Wilson and the design effect."""
+    Wilson intervals), the width ratio bootstrap / Wilson and the design effect, from the
+    rate's resamples (`samples`: `rate_resamples`)."""
     rows = []
     for r in summary.to_dict("records"):
         key = (r["model"], r["token_set"])
-        if key not in counts or not r["cells"]:
+        if key not in counts or key not in samples or not r["cells"]:
             continue
         _, k, m = counts[key]
-        low, high = rate_interval(k, m, how.resamples, how.rng("rate", *key))
+        low, high = percentile_interval(samples[key])
         wilson = r["ci_high"] - r["ci_low"]
         rows.append([*key, int((m > 0).sum()), int(m.sum()), r["rate"], r["ci_low"],
                      r["ci_high"], low, high, (high - low) / wilson if wilson > 0 else np.nan,
-                     design_effect(k, m, how.resamples, how.rng("design", *key))])
+                     design_effect_of(samples[key], k, m)])
     return pd.DataFrame(rows, columns=INTERVAL_COLUMNS)

@@ -4,6 +4,7 @@ and the attribution of the all-token failures to the token kinds of their attain
 from __future__ import annotations
 
 import dask
+import numpy as np
 import pandas as pd
 import xarray as xr
 
@@ -51,17 +52,18 @@ def attribution(tree: xr.DataTree, tol: float | None) -> pd.DataFrame:
         if "all" not in present:
             continue
         every = ds.sel(token_set="all")
-        failing = ok(every) & ~holds(every, tol)  # (input, layer)
         readings = [r for r in CONTENT_READINGS if r in present]
-        lazy = [failing.sum()]
+        others = [ds.sel(token_set=reading) for reading in readings]
+        failing, kinds, *tested = (np.asarray(v) for v in dask.compute(  # (input, layer, head)
+            ok(every) & ~holds(every, tol), every["attaining_kind"], *(
+                part for other in others for part in (ok(other), ok(other) & holds(other, tol)))))
+        counts = [int(np.count_nonzero(failing))]
         for kind in KIND_ORDER:
-            cell = failing & (every["attaining_kind"] == kind)
-            lazy.append(cell.sum())
-            for reading in readings:
-                other = ds.sel(token_set=reading)
-                tested = cell & ok(other)
-                lazy += [tested.sum(), (tested & holds(other, tol)).sum()]
-        counts = [int(v) for v in dask.compute(*lazy)]
+            cell = failing & (kinds == kind)
+            counts.append(int(np.count_nonzero(cell)))
+            for done, holding in zip(tested[::2], tested[1::2], strict=True):
+                counts += [int(np.count_nonzero(cell & done)),
+                           int(np.count_nonzero(cell & holding))]
         total, counts = counts[0], iter(counts[1:])
         for kind in KIND_ORDER:
             row = {"model": name, "kind": AttainingKind.NAMES[kind], "failures": next(counts),

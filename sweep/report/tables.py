@@ -48,6 +48,7 @@ from sweep.report.intervals import (
     bootstrap_summary,
     interval_table,
     per_input_counts,
+    rate_resamples,
 )
 from sweep.report.nulls import lift_lines, null_lifts
 from sweep.report.precision import PRECISION_INTRO, precision_markdown, precision_table
@@ -105,12 +106,13 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
     if ci != "wilson":
         how = bootstrap or Bootstrap()
         counts = per_input_counts(tree, report.tol)
+        samples = rate_resamples(counts, how)  # each rate's resamples, drawn once
         report = replace(
             report, ci_method=ci,
-            summary=bootstrap_summary(report.summary, counts, how),
+            summary=bootstrap_summary(report.summary, samples),
             controls=bootstrap_controls(report.controls, counts, how),
-            nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, counts, how),
-            intervals=label_readings(interval_table(report.summary, counts, how)),
+            nulls=None if report.nulls is None else bootstrap_lifts(report.nulls, samples, how),
+            intervals=label_readings(interval_table(report.summary, counts, samples)),
         )
         head_intervals = bootstrap_head_differences(pairs, counts, how)
     findings = findings_rules.build_findings(  # from the intervals the report prints
@@ -411,7 +413,8 @@ BOOTSTRAPPED_TABLES = ("summary", "controls", "nulls", "intervals")
 """The tables whose intervals `--ci bootstrap` makes by the cluster bootstrap over inputs; the
 others keep Wilson intervals (their records say `ci_method: wilson`)."""
 
-RENDERERS = {"md": render_markdown, "csv": render_csv, "json": render_json}
+RENDERERS = {"text": render_markdown, "json": render_json, "csv": render_csv}
+"""The renderers by `--format` name (`text`: the Markdown document)."""
 
 
 def _models_with(tree: xr.DataTree, token_sets: tuple[str, ...]) -> list[str]:

@@ -23,7 +23,6 @@ Codes and all other name-derived keys come from sha256 (`stable_int`), never Pyt
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import re
@@ -33,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from storage.errors import InputError
+from storage.fingerprint import stable_int
 from workers.exact.equality import DEFAULT_TOL, check
 
 NullDraw = Callable[[np.random.Generator, int, int], np.ndarray]
@@ -84,11 +84,6 @@ def draw_qk(rng: np.random.Generator, b: int, n: int, d: int, beta: float) -> np
 
 QK_NAME = re.compile(r"qk-d([1-9][0-9]*)(?:-b([0-9]+(?:\.[0-9]+)?))?")
 QK_HEAD_NAME = re.compile(r"qk-head(-b[0-9]+(?:\.[0-9]+)?)?")
-
-
-def stable_int(text: str) -> int:
-    """A 64-bit integer from `text` that is the same in every process (sha256, first 8 bytes)."""
-    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")
 
 
 @dataclass(frozen=True)

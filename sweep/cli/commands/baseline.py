@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from storage.errors import InputError
+from sweep.cli.outputs import add_format_argument
 from sweep.terminal.progress import progress
 from workers.nulls.baseline import run_baseline
 from workers.nulls.registry import NULLS, parse_nulls
@@ -37,7 +38,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help=f"null model, repeatable or a comma list; 'all' for every one "
         f"({', '.join(NULLS)}; default uniform)",
     )
-    parser.add_argument("--format", choices=("json", "text"), default="json")
+    add_format_argument(parser, ("text", "json"), help="text: a table, one line per null and "
+                        "size (default); json: one JSON record a line")
     parser.set_defaults(func=run)
 
 

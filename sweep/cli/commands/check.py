@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from storage.errors import InputError
+from sweep.cli.outputs import add_format_argument
 from workers.exact.equality import DEFAULT_TOL, EqualityResult, check
 
 
@@ -24,7 +25,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--tol", type=float, default=DEFAULT_TOL,
         help=f"tightness tolerance on the margin (default {DEFAULT_TOL:g})",
     )
-    parser.add_argument("--format", choices=("json", "text"), default="json")
+    add_format_argument(parser, ("text", "json"), help="text: a table, one line a matrix "
+                        "(default); json: one JSON record a line")
     parser.set_defaults(func=run)
 
 
@@ -82,7 +84,7 @@ def text_table(result: EqualityResult) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Load, validate and test; print the records (json lines) or a table (text)."""
+    """Load, validate and test; print a table (text) or the records (json lines)."""
     arrays = load_matrices(args.file)
     try:
         result = check(arrays, tol=args.tol, progress=True)

@@ -20,7 +20,13 @@ from sweep.config.schema import check_device_name
 from sweep.driver.devices import check_device
 from workers.inputs import KINDS, DatasetSpec, infer_kind, open_dataset
 from workers.models.extraction import DTYPES, load_extractor, model_dataset, prepare_model
-from workers.models.registry import HEADS_MODES, resolve_model
+from workers.models.registry import (
+    HEADS_MODES,
+    PRESETS,
+    SOURCE_FORMS,
+    TRAINED_FAMILIES,
+    resolve_model,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,8 +34,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "extract",
         description=__doc__,
     )
-    parser.add_argument("model", metavar="MODEL_SOURCE",
-                        help="preset name, hf:<id or dir>, timm:<name> or ft-transformer")
+    parser.add_argument("model", metavar="MODEL_SOURCE", help=source_help())
     parser.add_argument("inputs", metavar="INPUTS",
                         help="image folder, .txt, .csv, sklearn:<name>, pydoc:topics, hf:<dataset>")
     parser.add_argument("--out", required=True, type=Path,
@@ -41,7 +46,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     parser.add_argument("--target", default="target", help="CSV target column (tabular)")
     parser.add_argument("--weights", help="local .safetensors weights (timm sources)")
-    parser.add_argument("--cache-dir", type=Path, help="FT-Transformer checkpoint cache")
+    parser.add_argument("--cache-dir", type=Path,
+                        help="where models trained here keep their weights")
     parser.add_argument("--image-size", type=int, metavar="N",
                         help="image models: resize and crop inputs to N pixels")
     parser.add_argument("--heads", choices=HEADS_MODES, default="mean",
@@ -50,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="the model's random-init control: same architecture and "
                         "preprocessing, seeded random weights")
     parser.set_defaults(func=run)
+
+
+def source_help() -> str:
+    """MODEL_SOURCE's help from the registry: the source forms, then every preset (those trained
+    here by name), so a new preset or recipe is listed without an edit here."""
+    trained = [name for name, spec in PRESETS.items() if spec.family in TRAINED_FAMILIES]
+    return (f"{', '.join(SOURCE_FORMS[1:3])}, or a preset: trained here (first, then cached) "
+            f"{', '.join(trained)}; {', '.join(n for n in PRESETS if n not in trained)}")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from storage.errors import EnvironmentFault, InputError
 from storage.layout import NULLS_STAGE
 from storage.location import locate
 from storage.store import redacted
+from sweep.cli.outputs import add_format_argument
 from sweep.clusters.config import load_cluster_config
 from sweep.config.load import default_config_path, load_config
 from sweep.config.schema import SweepConfig
@@ -46,7 +47,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="also the resolved config, every model's attention peak, the "
                         "cluster's scripts or manifests and the cost constants' sources")
-    parser.add_argument("--format", choices=("text", "json"), default="text",
+    add_format_argument(parser, ("text", "json"),
                         help="json: the same data as one JSON object on stdout")
     parser.set_defaults(func=plan)
 
@@ -179,18 +180,55 @@ def describe(plan: SweepPlan, in_flight: int | None = None, verbose: bool = True
 
 
 def plan_json(config: SweepConfig, plan: SweepPlan, pools: Pools | None,
-              cluster_text: str | None) -> dict[str, Any]:
-    """What the text shows, as JSON data: the resolved config, the rows, totals and,
-    with a cluster, its description and the predicted seconds per model."""
+              cluster_text: str | None, prices: dict[str, Any] | None = None
+              ) -> dict[str, Any]:
+    """What the text shows, as JSON data: the resolved config, the rows, totals, the training
+    runs and estimated wall times (`prices`: `pricing`'s data) and, with a cluster, its
+    description and the predicted seconds per model."""
     from sweep.driver.balance import predictions
 
     index, state = _store_markers(config)
     rows = plan_rows(plan, index)
     out: dict[str, Any] = {"config": redacted(config.resolved()), "store": config.store,
                            "store_state": state, "rows": rows, "total": totals(rows)}
+    if prices is not None:
+        out["pricing"] = prices
     if cluster_text is not None:
         out["cluster"] = {"description": cluster_text, "prediction": predictions(plan, pools)}
     return out
+
+
+def pricing(plan: SweepPlan, datasets: dict[str, Any], cluster: ClusterConfig | None
+            ) -> tuple[list[str], dict[str, Any]]:
+    """The training runs that go first and the estimated wall time of what the store still
+    lacks on the local default and, with `cluster`, on it: text lines and JSON data
+    (`sweep.driver.balance`)."""
+    from sweep.driver.balance import (
+        cluster_pools,
+        estimate_json,
+        pricing_lines,
+        training_runs,
+        wall_estimate,
+    )
+
+    rows = {name: len(dataset.table.target) for name, dataset in datasets.items()
+            if getattr(dataset, "table", None) is not None}
+    index = _store_markers(plan.config)[0]
+    done = frozenset(t.key for t in plan.tasks if index is not None
+                     and index.done(t.scope, t.marker))
+    runs = training_runs(plan, rows, done)
+    local = cluster_pools(load_cluster_config(None))
+    shape = f"{local.cpu_cores} worker process(es), " + (f"{local.gpus} GPU(s)" if local.gpus
+                                                          else "no GPU")
+    estimate = wall_estimate(plan, local, runs, done)
+    lines = pricing_lines(runs, estimate, f"on the local default ({shape})")
+    data = {**estimate_json(runs, estimate), "cluster": None}
+    if cluster is not None:
+        pools = cluster_pools(cluster)
+        there = None if pools is None else wall_estimate(plan, pools, runs, done)
+        lines += pricing_lines([], there, f"with --cluster ({cluster.kind})")
+        data["cluster"] = estimate_json(runs, there)["estimate"]
+    return lines, data
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -208,7 +246,8 @@ def plan(args: argparse.Namespace) -> int:
     # what `sweep run CONFIG [--cluster FILE]` refuses before it writes, in its order
     check_cluster(config, cluster if cluster is not None else load_cluster_config(None))
     check_config(config, read_images=False)  # a plan opens no image: damage is run's to find
-    sweep_plan = sized_plan(config, progress=True)[0]  # refusals before the first line out
+    sweep_plan, _, datasets = sized_plan(config, progress=True)  # refusals before any line
+    prices, prices_data = pricing(sweep_plan, datasets, cluster)
     if text and args.verbose:
         print("resolved config:")
         print(yaml.safe_dump(redacted(config.resolved()), sort_keys=False).rstrip())
@@ -219,11 +258,12 @@ def plan(args: argparse.Namespace) -> int:
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
     if not text:
         cluster_text = None if cluster is None else describe_cluster(cluster)
-        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text),
+        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text, prices_data),
                          indent=1, default=str))
         return 0
     for line in describe(sweep_plan, in_flight, verbose=args.verbose):
         print(line)
+    print("\n".join(["", *prices]))
     if cluster is not None:
         print()
         print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))

@@ -13,6 +13,7 @@ import sys
 from storage.errors import InputError
 from sweep.cli.commands.report import check_readable
 from sweep.cli.commands.store_args import add_store_argument, store_ref
+from sweep.cli.outputs import add_format_argument
 from sweep.report.precision import UNIT_ROUNDOFF
 
 DEFAULT_SAMPLE = 32
@@ -34,7 +35,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         help="a model of the store (repeatable; default: every model)")
     parser.add_argument("--device", help="re-extract on this device (default: the device "
                         "kind the store pinned for the model, else cpu)")
-    parser.add_argument("--format", choices=("md", "json"), default="md")
+    add_format_argument(parser, ("text", "json"), help="text: the flips table in Markdown "
+                        "(default); json: its records")
     parser.set_defaults(func=run)
 
 

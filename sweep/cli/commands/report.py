@@ -1,4 +1,4 @@
-"""`sweep report STORE [--format md|csv|json] [--html FILE] [--plots DIR] [--tol T]
+"""`sweep report STORE [--format text|csv|json] [--html FILE] [--plots DIR] [--tol T]
 [--ci bootstrap|wilson] [--resamples N] [--seed S]`: the study's tables, in the terminal or as
 one self-contained HTML page."""
 
@@ -15,7 +15,7 @@ from storage.location import StoreLike, locate
 from storage.query.consistent import read_consistently
 from storage.store import open_root
 from sweep.cli.commands.store_args import add_store_argument, store_ref
-from sweep.cli.outputs import check_writable_folder
+from sweep.cli.outputs import add_format_argument, check_writable_folder
 from sweep.cli.report_cache import ReportCache, entry_key
 from sweep.terminal.printable import printable
 
@@ -25,14 +25,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     `sweep.report` itself loads pandas, which a cached report does not need)."""
     parser = subparsers.add_parser(
         "report",
-        description="Print the study's tables (headline, per layer, depth, special tokens, "
-        "baseline, whole rollout) for a sweep store, partial or complete.",
+        description="Print the study's report for a sweep store, partial or complete, section "
+        f"by section: {'; '.join(name for name, _ in SECTIONS)}.",
     )
     add_store_argument(parser)
-    parser.add_argument("--format", choices=FORMATS,
-                        help="md (the default without --html): all sections; csv: the per-layer "
-                        "rates; json: one object (rates, summary, baseline and the other "
-                        "sections)")
+    add_format_argument(parser, FORMATS, default=None,
+                        help="text (the default without --html): every section, in Markdown; "
+                        "csv: the per-layer rates; json: one object (rates, summary, baseline "
+                        "and the other sections)")
     parser.add_argument("--html", metavar="FILE", type=Path,
                         help="write the whole report with its figures as one self-contained HTML "
                         "page (opens offline); stdout then carries --format only if given")
@@ -61,7 +61,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-FORMATS = ("csv", "json", "md")
+SECTIONS = (
+    ("headline findings", "Headline findings"),
+    ("1. headline rates, beside size-matched nulls", "1. Headline"),
+    ("controls (each model against its random initialisation)", "Controls"),
+    ("seeds (the rate across training seeds)", "Seeds"),
+    ("2. per layer (and per head)", "2. Per layer"),
+    ("3. depth", "3. Depth"),
+    ("4. special tokens", "4. Special tokens"),
+    ("5. baseline", "5. Baseline"),
+    ("6. whole rollout", "6. Whole rollout"),
+    ("7. training", "7. Training"),
+    ("tightness over training", "Tightness over training"),
+    ("detail: intervals and precision", "Detail"),
+    ("findings (every one, with its rule)", "Findings"),
+)
+"""The report's sections in the order of its Markdown, each with how its heading starts
+(`## <heading>`; tests/test_doc_snippets.py checks a rendered report against it): the
+command's description names them."""
+FORMATS = ("csv", "json", "text")
+CACHED_AS = {"text": "md"}  # the Markdown text keeps its cache name from before `text`
 """`sweep.report.tables.RENDERERS`' names (tests/test_report_cache.py checks they agree)."""
 CI_METHODS = ("wilson", "bootstrap")  # sweep.report.intervals.CI_METHODS
 DEFAULT_RESAMPLES = 2000  # sweep.report.intervals.DEFAULT_RESAMPLES
@@ -115,8 +134,8 @@ def run(args: argparse.Namespace) -> int:
     if args.html is not None:
         check_html_path(args.html)
     check_bootstrap_options(args.resamples, args.seed)
-    fmt = args.format or ("md" if args.html is None else None)
-    name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else fmt
+    fmt = args.format or ("text" if args.html is None else None)
+    name = None if fmt is None else f"csv-{args.table}" if fmt == "csv" else CACHED_AS.get(fmt, fmt)
     options = {"store": str(args.store), "tol": args.tol, "ci": args.ci,
                "resamples": args.resamples, "seed": args.seed}
     location = locate(store)
@@ -157,9 +176,8 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
     """The text of `fmt`, the HTML page (with --html), the figures written (--plots) and the
     `Report`, computed from the store (the `Report` read back from `cache` if kept there)."""
     from storage.query import open_results
-    from sweep.report.html import render_html
+    from storage.query.results import in_memory
     from sweep.report.intervals import Bootstrap
-    from sweep.report.plots import CAPTIONS, report_figures, write_plots
     from sweep.report.tables import RENDERERS, Report, build_report, render_csv, table_names
 
     if fmt == "csv" and args.table not in table_names():
@@ -173,7 +191,7 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
             warnings.filterwarnings("ignore", message=".*not recognized as a component")
             tree = None
             if report is None or args.plots is not None or args.html is not None:
-                tree = open_results(store)
+                tree = in_memory(open_results(store))  # each array read once, when it fits
             if report is None:
                 report = build_report(tree, store=str(args.store), tol=args.tol, ci=args.ci,
                                       bootstrap=Bootstrap(args.resamples, args.seed))
@@ -181,8 +199,12 @@ def render(store: StoreLike, args: argparse.Namespace, fmt: str | None,
                 text = render_csv(report, args.table)
             else:
                 text = RENDERERS[fmt](report) if fmt else ""
-            written = write_plots(tree, report, args.plots) if args.plots is not None else []
-            page = None
+            written, page = [], None
+            if args.plots is not None or args.html is not None:  # matplotlib: only for these
+                from sweep.report.html import render_html
+                from sweep.report.plots import CAPTIONS, report_figures, write_plots
+            if args.plots is not None:
+                written = write_plots(tree, report, args.plots)
             if args.html is not None:
                 figures = {name: (figure, CAPTIONS[name])
                            for name, figure in report_figures(tree, report).items()}

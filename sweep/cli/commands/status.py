@@ -10,6 +10,7 @@ from storage.attention import EXTRACT_STAGE
 from storage.integrity import LAYOUT_REASONS, variable_of
 from storage.query.status import AttentionHeld, StageStatus, attention_held, store_status
 from sweep.cli.commands.store_args import add_store_argument, store_ref
+from sweep.cli.outputs import add_format_argument
 from sweep.terminal.faults import EXIT_DAMAGED
 from sweep.terminal.printable import printable
 
@@ -22,7 +23,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "model's group is missing (`sweep run` recomputes them).",
     )
     add_store_argument(parser)
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    add_format_argument(parser, ("text", "json"))
     parser.add_argument("--verify", action="store_true",
                         help="re-hash every done task's chunks against its marker's checksums: "
                         "damaged ones count as pending (`sweep run` recomputes them)")
@@ -46,9 +47,12 @@ def status(args: argparse.Namespace) -> int:
 
 
 def text_lines(stages: list[StageStatus], held: list[AttentionHeld]) -> list[str]:
-    """The table, then a line per failed task, damage, missing group and held attention."""
-    out = [f"{'scope':<24} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} {'total':>6}"]
-    out += [f"{s.scope:<24} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
+    """The table (its scope column as wide as the longest scope), then a line per failed task,
+    damage, missing group and held attention."""
+    width = max([24, *(len(s.scope) for s in stages)])
+    out = [f"{'scope':<{width}} {'stage':<9} {'done':>6} {'pending':>8} {'failed':>7} "
+           f"{'total':>6}"]
+    out += [f"{s.scope:<{width}} {s.stage:<9} {s.done:>6} {s.pending:>8} {len(s.failed):>7} "
             f"{s.total:>6}" for s in stages]
     for s in stages:
         for name, error in sorted(s.failed.items()):
