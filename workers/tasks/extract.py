@@ -245,10 +245,11 @@ WRITE_BLOCK_BYTES = 64 << 20  # the writer checks for Ctrl-C between blocks of t
 
 def check_finite(model: str, attention: np.ndarray, ids: Sequence[str]) -> None:
     """ExtractionError naming the first input, layer and row with a non-finite value in a
-    batch's padded attention (input, layer, head, query, key); the padding is zeros. One sum per
-    input (a non-finite value makes it non-finite), then the search where one is."""
+    batch's padded attention (input, layer, head, query, key); the padding is zeros. One float32
+    sum per input (a non-finite value makes it non-finite; finite probabilities cannot overflow
+    it), then the search where one is not finite."""
     for b, values in enumerate(attention):
-        if np.isfinite(values.sum(dtype=np.float64)):
+        if np.isfinite(values.sum()):
             continue
         bad = np.argwhere(~np.isfinite(values))  # (layer, head, query, key)
         if len(bad):
