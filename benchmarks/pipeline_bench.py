@@ -120,63 +120,95 @@ def thin_model(folder: Path, name: str) -> tuple[Path, dict]:
 
 
 def sweep_config(folder: Path, model: Path, options: dict, name: str, n: int, batch: int,
-                 images: Path) -> dict:
-    """One model over its `n` inputs, in one shard of batches of `batch`."""
+                 images: Path, shard: int | None = None, device: str = "auto") -> dict:
+    """One model over its `n` inputs, in shards of `shard` (default: one) of batches of
+    `batch`, on `device`."""
     dataset = ({"kind": "text", "source": "pydoc:topics", "limit": n} if name == "roberta"
                else {"kind": "image", "path": str(images), "limit": n})
-    return {"store": str(folder / "store.zarr"), "shard_size": n, "batch_size": batch,
-            "token_sets": ["all"], "matched_nulls": None, "datasets": {"inputs": dataset},
+    return {"store": str(folder / "store.zarr"), "shard_size": shard or n, "batch_size": batch,
+            "device": device, "token_sets": ["all"], "matched_nulls": None,
+            "datasets": {"inputs": dataset},
             "models": {name: {"source": f"hf:{model}", "dataset": "inputs",
                               **({"options": options} if options else {})}}}
 
 
 # --- one process, one tree ---------------------------------------------------------------------
-def child(args: argparse.Namespace) -> None:
-    """Measure this process's tree (PYTHONPATH); print one JSON line."""
-    import torch
+class Measured:
+    """One sweep config's extraction tasks, ready to time in this process: `bare()` (the
+    forward passes alone on the same batches, preprocessed beforehand) and `extract()` (every
+    shard's task as `sweep run --in-process` runs it), the model loaded once for both."""
 
-    from sweep.config.load import parse_config
-    from sweep.driver.runner import locked, materialise
-    from workers.models.determinism import fixed_torch
-    from workers.tasks import run_task
-    from workers.tasks.extract import cached_extractor, fresh_digests
+    def __init__(self, config: dict, scratch: str) -> None:
+        import torch
 
-    spec = json.loads(args.child)
-    folder = Path(tempfile.mkdtemp(dir=spec["scratch"]))
-    config = parse_config(spec["config"] | {"store": str(folder / "store.zarr")})
-    with locked(config):
-        tasks = [t for t in materialise(config).tasks if t.stage == "extract"]
-    extractor, _ = cached_extractor(tasks[0])
-    dataset, _ = fresh_digests(tasks[0])
-    batches = []
-    with fixed_torch(1):
-        for task in tasks:
-            for first in range(task.start, task.stop, task.batch_size):
-                last = min(first + task.batch_size, task.stop)
-                batches.append(extractor.prepare(dataset.load(range(first, last))))
-    n = sum(t.stop - t.start for t in tasks)
+        from sweep.config.load import parse_config
+        from sweep.driver.runner import locked, materialise
+        from workers.models.determinism import fixed_torch
+        from workers.tasks.extract import cached_extractor, fresh_digests
 
-    def bare() -> None:
-        with fixed_torch(1), torch.inference_mode():
-            for batch in batches:
-                extractor.model(**batch.inputs, output_attentions=True)
+        folder = Path(tempfile.mkdtemp(dir=scratch))
+        parsed = parse_config(config | {"store": str(folder / "store.zarr")})
+        with locked(parsed):
+            self.tasks = [t for t in materialise(parsed).tasks if t.stage == "extract"]
+        self.extractor, _ = cached_extractor(self.tasks[0])
+        dataset, _ = fresh_digests(self.tasks[0])
+        self.batches = []
+        with fixed_torch(1):
+            for task in self.tasks:
+                for first in range(task.start, task.stop, task.batch_size):
+                    last = min(first + task.batch_size, task.stop)
+                    self.batches.append(self.extractor.prepare(dataset.load(range(first, last))))
+        self.n = sum(t.stop - t.start for t in self.tasks)
+        self.cuda = self.extractor.device.type == "cuda"
+        self.input_bytes = int(np.prod(
+            zarr_shape(self.tasks[0])[1:])) * 4  # padded float32 attention per input
+        self._torch = torch
 
-    def extract() -> None:
-        for task in tasks:
+    def bare(self) -> None:
+        from workers.models.determinism import fixed_torch
+
+        with fixed_torch(1), self._torch.inference_mode():
+            for batch in self.batches:
+                self.extractor.model(**batch.inputs, output_attentions=True)
+        if self.cuda:
+            self._torch.cuda.synchronize()
+
+    def extract(self) -> None:
+        from workers.tasks import run_task
+
+        for task in self.tasks:
             run_task(task)
 
+    def rounds(self, count: int) -> dict[str, list[tuple[float, float]]]:
+        """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up."""
+        times: dict[str, list[tuple[float, float]]] = {"bare": [], "extract": []}
+        self.bare(), self.extract()  # warm-up: caches, allocator, the first write of each chunk
+        for _ in range(count):
+            for name, fn in (("bare", self.bare), ("extract", self.extract)):
+                wall, cpu = time.perf_counter(), time.process_time()
+                fn()
+                times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
+        return times
+
+
+def zarr_shape(task) -> tuple[int, ...]:
+    import zarr
+
+    return zarr.open_group(str(task.store), mode="r")[task.model]["attention"].shape
+
+
+def child(args: argparse.Namespace) -> None:
+    """Measure this process's tree (PYTHONPATH); print one JSON line."""
+    spec = json.loads(args.child)
+    measured = Measured(spec["config"], spec["scratch"])
     if spec.get("simulate"):
-        print(json.dumps(simulate(extractor, batches, extract, n, spec)), flush=True)
+        print(json.dumps(simulate(measured.extractor, measured.batches, measured.extract,
+                                  measured.n, spec)), flush=True)
         return
-    times: dict[str, list[tuple[float, float]]] = {"bare": [], "extract": []}
-    bare(), extract()  # warm-up: caches, allocator, the first write of every chunk
     load = os.getloadavg()[0]
-    for _ in range(spec["rounds"]):
-        for name, fn in (("bare", bare), ("extract", extract)):
-            wall, cpu = time.perf_counter(), time.process_time()
-            fn()
-            times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
-    print(json.dumps({"n": n, "times": times, "load": [load, os.getloadavg()[0]]}), flush=True)
+    times = measured.rounds(spec["rounds"])
+    print(json.dumps({"n": measured.n, "times": times, "load": [load, os.getloadavg()[0]]}),
+          flush=True)
 
 
 def simulate(extractor, batches: list, extract, n: int, spec: dict) -> dict:

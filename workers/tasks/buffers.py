@@ -6,10 +6,17 @@ On a CUDA device the model's maps land in one buffer on the device (`ChunkSink`)
 host buffer itself. Batch k uses host buffer k % count: with two, the writer stores batch k-1
 from one while batch k fills the other (`workers.tasks.pipeline` waits for batch k-1's write
 before batch k+1 reuses its buffer).
+
+A process keeps the last set it used (`chunk_buffers`) for its next task of the same shapes:
+no zeroed pages to fault in, no pinned memory to allocate again, per task. A task that fails
+drops its set (a batch cut short leaves values its rows' extents do not record).
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -61,6 +68,29 @@ class ChunkBuffers:
         event = torch.cuda.Event()
         event.record()
         return Filled(host.numpy(), n, event)
+
+
+_KEPT: dict[tuple, ChunkBuffers] = {}  # the last set a task of this process used, by shapes
+_KEPT_LOCK = threading.Lock()
+
+
+@contextmanager
+def chunk_buffers(model: str, shape: tuple[int, int, int, int], rows: int, each: bool,
+                  device: torch.device, count: int) -> Iterator[ChunkBuffers]:
+    """`ChunkBuffers` for one task: the set the process kept from its last task when the
+    shapes are the same (each task has it alone), else a new one; kept again (the only one)
+    when the task succeeds."""
+    key = (shape, rows, each, str(device), count)
+    with _KEPT_LOCK:
+        buffers = _KEPT.pop(key, None)
+    if buffers is None:
+        buffers = ChunkBuffers(model, shape, rows, each, device, count)
+    for sink in buffers.sinks:
+        sink.model = model  # the name its errors give
+    yield buffers
+    with _KEPT_LOCK:  # not reached when the task raised: its set is dropped
+        _KEPT.clear()
+        _KEPT[key] = buffers
 
 
 def _zeros(shape: tuple[int, ...], pinned: bool) -> torch.Tensor:

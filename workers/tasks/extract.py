@@ -46,7 +46,7 @@ from workers.models.extraction import (
     prepare_model,
 )
 from workers.models.registry import trained_here
-from workers.tasks.buffers import ChunkBuffers, Filled
+from workers.tasks.buffers import ChunkBuffers, Filled, chunk_buffers
 from workers.tasks.cache import CACHE_LOCK, cached_dataset, forget_dataset
 from workers.tasks.pipeline import Mapper, run_batches
 from workers.tasks.shards import shard_chunks, too_many_tokens
@@ -183,9 +183,15 @@ def extract_batches(shard: Shard, extractor: Extractor, cores: int) -> None:
     chunks, after checking every value is finite). The forward pass and the rollout run on this
     thread, all of it under `fixed_torch(TORCH_THREADS)`: the same bits on any core count."""
     task, batch_size = shard.task, shard.task.batch_size
-    buffers = ChunkBuffers(task.model, (shard.n_layers, shard.n_heads, shard.t_max, shard.t_max),
-                           min(batch_size, shard.size), extractor.spec.heads == "each",
-                           extractor.device, count=2 if cores > 1 else 1)
+    with chunk_buffers(task.model, (shard.n_layers, shard.n_heads, shard.t_max, shard.t_max),
+                       min(batch_size, shard.size), extractor.spec.heads == "each",
+                       extractor.device, count=2 if cores > 1 else 1) as buffers:
+        _extract_batches(shard, extractor, cores, buffers)
+
+
+def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
+                     buffers: ChunkBuffers) -> None:
+    task = shard.task
     joined: dict[int, dict[str, torch.Tensor]] = {}  # per buffer parity: last joined inputs
     stop = threading.Event()
 
