@@ -140,19 +140,26 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         estimate=True,
     ),
     "HOST_IMAGE_S": Constant(
-        5.0e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
+        3.8e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
         "reading and decoding a 500 x 375 JPEG and the model's own image processor",
-        "PLACEHOLDER",
+        "thin ViT-B (224 px, ViTImageProcessor): 6.49 CPU ms per input outside the forward "
+        "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
+        "--before <a worktree of 966479d> (this tree's 'CPU ms/input outside forward', 2 "
+        "processes x 3 rounds, --models vit-b,roberta; 2-core AMD EPYC shared, load average "
+        "3.3-3.8; 2026-12-06)",
     ),
     "HOST_TEXT_S": Constant(
-        1.0e-4, "CPU-s per text input outside the forward pass, its attention bytes aside "
+        1.2e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
         "(tokenisation: the model's own tokenizer)",
-        "PLACEHOLDER",
+        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 2.33 CPU ms per input less "
+        "HOST_BYTE_S x its 0.79 MB; the same run",
     ),
     "HOST_BYTE_S": Constant(
-        1.0e-9, "CPU-s per byte of an input's padded attention: cropped into the chunk buffer, "
-        "checked finite, written to the store",
-        "PLACEHOLDER",
+        1.43e-9, "CPU-s per byte of an input's padded attention: cropped into the chunk "
+        "buffer, checked finite, written to the store",
+        "thin DINOv2 at 518 px (T = 1370, 90.1 MB per input): 129.1 CPU ms per input outside "
+        "the forward pass / 90.1 MB (its decode and processor included: an upper bound); the "
+        "same command, --models dinov2-l-reg,dinov2-518, load average 3.6-4.6",
     ),
 })
 
