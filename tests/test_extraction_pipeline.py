@@ -1,5 +1,5 @@
 """The extraction task's pipeline stores what the straightforward path extracts, bit for bit, on
-every family, with `heads: each`, on one core or several; its errors are one line, leave no
+every family, with `heads: each`, on one core or two; its errors are one line, leave no
 marker and stop every thread it started."""
 
 from __future__ import annotations
@@ -80,11 +80,11 @@ def straightforward(task) -> np.ndarray:
 
 @pytest.fixture(scope="module")
 def swept(tmp_path_factory):
-    """Every model's store after its tasks ran on 1 core, then again on 2 and on 3."""
+    """Every model's store after its tasks ran on 1 core, then again on 2."""
     folder = tmp_path_factory.mktemp("pipeline")
     config, plan = plan_for(folder, MODELS)
     runs = {}
-    for cores in (1, 2, 3):
+    for cores in (1, 2):
         with worker_cores(cores):
             for task in plan.tasks:
                 if task.stage == "extract" and task.model in UNTRAINED:
