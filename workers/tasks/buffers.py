@@ -66,7 +66,7 @@ class ChunkBuffers:
             return Filled(host.numpy(), n)
         host[:n].copy_(self.on_device[:n], non_blocking=True)
         event = torch.cuda.Event()
-        event.record()
+        event.record(torch.cuda.current_stream(self.on_device.device))  # the copy's stream
         return Filled(host.numpy(), n, event)
 
 
