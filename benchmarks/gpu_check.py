@@ -11,7 +11,10 @@
    `kappa_bound`, both timed;
 4. a short sweep on the local cluster with a GPU pool (extraction on the GPU worker, tests on
    CPU workers), its stored results equal to the test stage rerun here on its stored attention,
-   with throughput.
+   with throughput;
+5. the extraction pipeline (issue 41) against the bare eager forward pass on 1,024 images of
+   500 x 375 at batch 64, random-init ViT-B/16 and DINOv2-B at 224 px, with the attention
+   bytes per second the store took.
 
 `--dry-run` runs the same steps on the CPU with tiny sizes (torch's cdist screen on "cpu", a
 thread pool standing for the GPU pool) in well under a minute: what CI runs. Exit code 1 and a
@@ -235,6 +238,44 @@ def sweep(device: str, n: int, models: list[str]) -> None:
             f"included); stored results equal the test stage rerun here")
 
 
+def pipeline(device: str, n: int, batch: int, shard: int) -> None:
+    """Extraction as a sweep runs it (`run_task` on every shard, in process) against the bare
+    eager forward pass on the same batches, preprocessed beforehand, on `n` images of 500 x 375
+    (benchmarks/pipeline_bench.py): random-init ViT-B/16 and DINOv2-B at 224 px (on a dry run
+    a thin model of ViT-B's shape); inputs/s of both, their ratio, the attention bytes/s."""
+    from transformers import Dinov2Config, ViTConfig, ViTImageProcessor
+
+    from benchmarks.pipeline_bench import (
+        Measured,
+        dinov2_processor,
+        make_images,
+        save_hf_model,
+        sweep_config,
+    )
+
+    dry = device == "cpu"
+    models = {"vit-b-16": (ViTConfig(), ViTImageProcessor(), {}),
+              "dinov2-b": (Dinov2Config(image_size=518), dinov2_processor(), {"image_size": 224})}
+    if dry:
+        models = {"thin-vit-b": (ViTConfig(hidden_size=16, num_attention_heads=1,
+                                           intermediate_size=32), ViTImageProcessor(), {})}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        images = make_images(folder / "images", n)
+        for name, (config, processor, options) in models.items():
+            path = save_hf_model(folder / "models", name, config, processor)
+            measured = Measured(sweep_config(folder, path, options, name, n, batch, images,
+                                             shard=shard, device=device), tmp)
+            times = measured.rounds(2)
+            bare = n / min(t[0] for t in times["bare"])
+            extract = n / min(t[0] for t in times["extract"])
+            say(f"pipeline {name} on {device}: {n} images, batch {batch}, shards of {shard}: "
+                f"extraction {extract:.1f} inputs/s, bare eager forward {bare:.1f} inputs/s "
+                f"(extraction / bare = {extract / bare:.2f}; issue 41's target on a GPU: 0.8); "
+                f"attention written {extract * measured.input_bytes / 1e9:.3f} GB/s "
+                f"({measured.input_bytes / 1e6:.2f} MB per input)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dry-run", action="store_true",
@@ -255,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         kernels(device, stacks, t=33 if dry else 197, layers=4 if dry else 12)
         rollouts(device, stacks, sizes=[33] if dry else [197, 1370], layers=4 if dry else 12)
         sweep(device, n=2 if dry else 16, models=tiny[:2] if dry else tiny)
+        pipeline(device, n=8 if dry else 1024, batch=4 if dry else 64, shard=8 if dry else 512)
     except CheckFailed as error:
         say(f"FAILED: {error}")
         return 1

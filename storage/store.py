@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 import zarr
 from zarr.core.buffer import default_buffer_prototype
+from zarr.core.common import concurrent_map
 from zarr.core.sync import sync
 
 from storage.errors import InputError, StoreDamagedError
@@ -470,11 +471,55 @@ def _one_head(values: np.ndarray, what: str) -> np.ndarray:
 
 
 def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> None:
-    """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b."""
+    """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b: each
+    input's chunk as its bytes straight from `attention` where the array stores plain bytes
+    (`raw_chunks`: no copy into a chunk of zarr's own, no check against the fill value), the
+    same bytes zarr writes; through zarr otherwise."""
     array = group["attention"]
     if _legacy(array, LEGACY_ATTENTION_DIMS):
         attention = _one_head(attention, f"{array.path}")
+    elif raw_chunks(array) and attention.dtype == np.dtype("<f4") \
+            and attention.shape[1:] == array.shape[1:] and attention.flags.c_contiguous:
+        _write_raw(array, start, attention)
+        return
     array[start:start + len(attention)] = attention
+
+
+def raw_chunks(array: zarr.Array) -> bool:
+    """Whether a chunk of `array` is its values' little-endian bytes, nothing else: Zarr v3, the
+    one codec `bytes` (no compressor, no filter, no sharding), float32, one input per chunk
+    spanning every other axis (the attention's layout, `storage.layout`)."""
+    metadata = array.metadata
+    codecs = getattr(metadata, "codecs", ())
+    return (metadata.zarr_format == 3 and len(codecs) == 1
+            and type(codecs[0]).__name__ == "BytesCodec"
+            and getattr(codecs[0].endian, "value", None) == "little"
+            and array.dtype == np.dtype("float32")
+            and tuple(array.chunks) == (1, *array.shape[1:]))
+
+
+def _write_raw(array: zarr.Array, start: int, attention: np.ndarray) -> None:
+    """Each input's chunk of `attention` (C-contiguous little-endian float32, one input per
+    chunk: `raw_chunks`) set in `array`'s store at once, as zarr sets them; a chunk that is all
+    fill value (zero: never a real input's attention, whose rows sum to 1) goes through zarr,
+    which skips or deletes it."""
+    stop = start + len(attention)
+    if start < 0 or stop > array.shape[0]:
+        raise IndexError(f"inputs {start}..{stop} of an attention array of {array.shape[0]}")
+    prefix = f"{array.store_path.path}/" if array.store_path.path else ""
+    store, prototype = array.store_path.store, default_buffer_prototype()
+    zeros = (0,) * (array.ndim - 1)
+    items, empty = [], []
+    for offset, values in enumerate(attention):
+        if not values[0, 0, 0].any() and not values.any():
+            empty.append(offset)
+            continue
+        key = prefix + array.metadata.encode_chunk_key((start + offset, *zeros))
+        items.append((key, prototype.buffer.from_array_like(values.reshape(-1).view(np.uint8))))
+    if items:
+        sync(concurrent_map(items, store.set, limit=zarr.config.get("async.concurrency")))
+    for offset in empty:
+        array[start + offset:start + offset + 1] = attention[offset:offset + 1]
 
 
 def read_attention(array: zarr.Array, start: int, stop: int,

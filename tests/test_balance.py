@@ -18,7 +18,10 @@ from sweep.driver.balance import (
     cluster_pools,
     cores_per_gpu,
     extract_seconds,
+    extraction_cores,
+    pace_lines,
     stage_cpu_seconds,
+    worker_pace,
 )
 from sweep.driver.plan import ModelFacts, build_plan
 
@@ -43,7 +46,8 @@ def test_every_constant_says_where_it_was_measured():
     for name, constant in CONSTANTS.items():
         assert constant.seconds > 0 and constant.unit and constant.measured, name
     assert "gpu_check.sh on one H200" in CONSTANTS["GPU_LAYER_TOKEN_S"].measured
-    assert not [name for name, constant in CONSTANTS.items() if constant.estimate]
+    # the one estimate: a GPU's forward pass alone (no device was lent to measure it)
+    assert [name for name, c in CONSTANTS.items() if c.estimate] == ["GPU_FORWARD_LAYER_TOKEN_S"]
 
 
 def test_test_seconds_grow_with_size_and_shrink_with_less_rollout():
@@ -110,7 +114,7 @@ def test_extraction_on_a_gpu_is_cheaper_than_on_cpu_workers():
 def test_pool_sizes_of_each_cluster_kind():
     cfg = load_cluster_config(REPO / "cluster.yaml")
     assert cluster_pools(cfg, cpu_count=8, devices=[]) == Pools(0, 8, 8)
-    assert cluster_pools(cfg, cpu_count=8, devices=[0, 1]) == Pools(2, 6, 2)
+    assert cluster_pools(cfg, cpu_count=8, devices=[0, 1]) == Pools(2, 4, 2)  # gpu_threads 2
     slurm = cfg.model_copy(update={"kind": "slurm"})
     assert cluster_pools(slurm) == Pools(gpus=2, cpu_cores=4 * 16, extract_slots=2)
     kube = cfg.model_copy(update={"kind": "kubernetes"})
@@ -146,6 +150,7 @@ def test_sweep_plan_with_a_cluster_prints_the_balance(tmp_path, capsys, monkeypa
     assert main(["plan", str(config), "--cluster", str(REPO / "cluster.yaml")]) == 0
     out = capsys.readouterr().out
     assert "balance (predicted from measured constants" in out
+    assert "pace of one extraction worker" in out and "store must take" in out
     cells = next(line for line in out.splitlines() if line.startswith("vit-b ")).split()
     assert cells[4] != "?" and float(cells[5]) > 0
 
@@ -184,3 +189,35 @@ def test_rollout_on_the_extraction_device_moves_its_cost_from_the_test_to_the_gp
         pytest.approx(moved, rel=1e-9)  # on CPU workers the same work moves stages
     assert cores_per_gpu(device).cores < cores_per_gpu(test).cores
     assert cores_per_gpu(device).estimates == ()
+
+
+def test_a_workers_pace_is_its_device_or_its_cores_whichever_is_slower():
+    vit, dino = plan_of().models
+    one = worker_pace(vit, cores=1)
+    assert 1 / one.inputs_s == pytest.approx(one.device_s + one.host_s)
+    eight = worker_pace(vit, cores=8)
+    assert 1 / eight.inputs_s == pytest.approx(max(eight.device_s, eight.host_s / 8))
+    assert eight.store_bytes_s == pytest.approx(eight.inputs_s * vit.input_bytes)
+    assert eight.estimates == ("GPU_FORWARD_LAYER_TOKEN_S",)
+    many = worker_pace(dino, cores=10**6)  # cores enough: the device sets the pace
+    assert many.limit == "device" and 1 / many.inputs_s == pytest.approx(many.device_s)
+    assert worker_pace(vit, cores=1, gpu=False).device_s > one.device_s
+
+
+def test_pace_lines_name_the_worker_the_limit_and_the_store_bandwidth():
+    plan = plan_of(attention="drop")
+    lines = pace_lines(plan, Pools(gpus=2, cpu_cores=64, extract_slots=2), cores=8)
+    assert lines[0].startswith("pace of one GPU worker of 8 thread(s)")
+    row = next(line for line in lines if line.startswith("vit-b "))
+    assert float(row.split()[1]) == pytest.approx(worker_pace(plan.models[0], 8).inputs_s,
+                                                  rel=1e-2)
+    assert row.endswith("B/s") and "drop and sample write them too" in lines[-1]
+    assert "estimated: GPU_FORWARD_LAYER_TOKEN_S" in lines[-1]
+
+
+def test_an_extraction_workers_cores_come_from_the_cluster_file():
+    cfg = load_cluster_config(REPO / "cluster.yaml")
+    assert extraction_cores(cfg.model_copy(update={"kind": "slurm"})) == 8
+    assert extraction_cores(cfg, cpu_count=16, devices=[0]) == 2  # local.gpu_threads
+    assert extraction_cores(cfg, cpu_count=2, devices=[]) == 1
+    assert extraction_cores(cfg.model_copy(update={"kind": "address"})) is None

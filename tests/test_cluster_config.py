@@ -180,8 +180,18 @@ def test_cuda_devices_get_one_pinned_gpu_worker_each_and_cpu_workers_the_rest():
     assert pools["gpu0"].env == {"CUDA_VISIBLE_DEVICES": "0"}
     assert pools["gpu1"].env == {"CUDA_VISIBLE_DEVICES": "1"}
     assert pools["gpu0"].resources == {"GPU": 1.0} and "CPU" not in pools["gpu1"].resources
-    assert pools["cpu"].workers == 6 and pools["cpu"].resources == {"CPU": 1.0}
+    assert pools["gpu0"].threads == 2  # gpu_threads: its extraction pipeline's cores
+    assert pools["cpu"].workers == 4 and pools["cpu"].resources == {"CPU": 1.0}
     assert pools["cpu"].env == {"CUDA_VISIBLE_DEVICES": ""}
+
+
+@pytest.mark.parametrize(("cores", "gpu_threads", "threads", "cpu_workers"),
+                         [(2, 2, 1, 1), (16, 2, 2, 14), (16, 4, 4, 12), (16, 12, 8, 8)])
+def test_a_gpu_workers_threads_stay_within_half_the_cores(cores, gpu_threads, threads,
+                                                           cpu_workers):
+    local = ClusterConfig.model_validate({"local": {"gpu_threads": gpu_threads}}).local
+    pools = local_pools(local, cpu_count=cores, devices=(0,))
+    assert (pools["gpu0"].threads, pools["cpu"].workers) == (threads, cpu_workers)
 
 
 def test_explicit_pools_replace_the_default():

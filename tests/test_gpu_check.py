@@ -18,5 +18,6 @@ def test_the_gpu_check_passes_its_cpu_dry_run(tmp_path):
     assert done.returncode == 0, out[-3000:]
     for step in ("extract tiny-vit", "check(device='cpu') == CPU kernel",
                  "rollout on cpu within kappa_bound", "sweep with a GPU pool",
+                 "pipeline thin-vit-b on cpu",
                  "all checks passed"):
         assert step in out, out[-3000:]

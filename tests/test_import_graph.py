@@ -33,7 +33,7 @@ ORDER: dict[str, list[str]] = {
     "sweep.cli": ["outputs report_cache", "commands", "entry", "*"],
     "sweep.cli.commands": ["store_args", "*"],
     "workers": ["exact", "inputs nulls", "models", "task_specs", "tasks", "*"],
-    "workers.tasks": ["cache shards threads", "verdicts nulls", "extract", "*"],
+    "workers.tasks": ["cache pipeline shards threads", "buffers verdicts nulls", "extract", "*"],
     "workers.exact": ["device_rollout numba_cache scratch token_kinds", "kernel",
                       "center_bound radius restrict_kernel", "pruned", "equality", "cells",
                       "readings", "*"],

@@ -30,6 +30,21 @@ def test_image_folder_is_recursive_sorted_and_rgb(tmp_path):
     assert images[1].getpixel((0, 0)) == (30, 30, 30)
 
 
+def test_every_image_mode_reads_as_pil_converts_it_to_rgb(tmp_path):
+    """An RGB file is its own decode (no copy), every other mode converted: the same pixels."""
+    pixels = np.random.default_rng(0).integers(0, 256, (30, 40, 3), dtype=np.uint8)
+    rgb = Image.fromarray(pixels)
+    for name, image in {"a.jpg": rgb, "b.png": rgb, "c.png": rgb.convert("P"),
+                        "d.png": rgb.convert("L"), "e.png": rgb.convert("RGBA"),
+                        "f.jpg": rgb.convert("CMYK")}.items():
+        image.save(tmp_path / name)
+    dataset = open_dataset(DatasetSpec(kind="image", path=str(tmp_path)))
+    for name, image in zip(dataset.ids, dataset.load(range(len(dataset))), strict=True):
+        with Image.open(tmp_path / name) as original:
+            expected = np.asarray(original.convert("RGB"))
+        assert image.mode == "RGB" and np.array_equal(np.asarray(image), expected), name
+
+
 def test_image_folder_limit_keeps_the_first(tmp_path):
     for k in range(5):
         _png(tmp_path / f"{k}.png", k)

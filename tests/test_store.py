@@ -18,6 +18,7 @@ from storage import markers
 from storage import store as store_module
 from storage.errors import InputError
 from storage.fingerprint import describe_changes, fingerprint
+from storage.integrity import written_by
 from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
 from storage.lock import StoreBusyError, StoreLock
 from storage.query.status import store_status
@@ -83,6 +84,33 @@ def test_attention_is_stored_raw_and_everything_else_compressed(tmp_path):
     attention = np.random.default_rng(0).random((4, 3, 1, 5, 5)).astype(np.float32)
     group["attention"][:4] = attention
     assert np.array_equal(group["attention"][:4], attention)
+
+
+def test_attention_chunks_written_as_their_bytes_are_the_files_and_checksums_zarr_writes(
+        tmp_path):
+    """`write_attention` sets each chunk's bytes itself (`raw_chunks`); an all-zero chunk, which
+    zarr does not store (and deletes where one was), goes through zarr."""
+    values = np.random.default_rng(0).random((5, 3, 1, 5, 5)).astype(np.float32)
+    values[3] = 0.0
+    files, sums = [], []
+    for name, raw in (("zarr", False), ("raw", True)):
+        make_model(tmp_path / f"{name}.zarr")
+        group = open_model(tmp_path / f"{name}.zarr", "m", mode="r+")
+        assert store_module.raw_chunks(group["attention"])
+        group["attention"][:5] = np.ones((5, 3, 1, 5, 5), np.float32)  # chunks to overwrite
+        if raw:
+            write_attention(group, 2, values[2:])
+            write_attention(group, 0, values[:2])
+        else:
+            group["attention"][:5] = values
+        folder = tmp_path / f"{name}.zarr" / "m" / "attention"
+        files.append({str(f.relative_to(folder)): f.read_bytes()
+                      for f in sorted(folder.rglob("*")) if f.is_file()})
+        sums.append({k: v for k, v in written_by(group).items()
+                     if "/attention/c/" in k})
+        assert np.array_equal(group["attention"][:5], values)
+    assert files[0] == files[1] and "c/3/0/0/0/0" not in files[1] and len(files[1]) == 5
+    assert sums[0] == sums[1]
 
 
 @pytest.mark.parametrize(("block_bytes", "reads"), [(1 << 30, 1), (4 * 3 * 25 * 2, 5)])

@@ -50,6 +50,10 @@ class LocalConfig(_Spec):
     """A `distributed` cluster on this machine, sized to it unless `pools` says otherwise."""
 
     threads: int = Field(1, ge=1, description="threads per machine-sized worker")
+    gpu_threads: int = Field(
+        2, ge=1, description="threads of each GPU worker of the machine-sized default (its "
+        "extraction reads, decodes and writes on them beside the device), at most half the "
+        "cores per GPU; the CPU workers take the other cores")
     memory_limit: str = Field("auto", description="per worker, e.g. '4GB'; auto shares the RAM")
 
     @field_validator("memory_limit")

@@ -1,7 +1,8 @@
 """The local kind: a `distributed` SpecCluster of Nanny workers on this machine, one spec per pool.
 
 Machine-sized default (no `pools:`): with CUDA devices, one GPU worker per device (pinned with
-CUDA_VISIBLE_DEVICES) and CPU workers on the remaining cores; without, every worker carries both
+CUDA_VISIBLE_DEVICES, `gpu_threads` threads for its extraction pipeline) and CPU workers on the
+remaining cores; without, every worker carries both
 labels, so extraction runs on CPU workers that hold a `GPU` resource of 1 (one model pass at a
 time per worker) and the test tasks share the same cores. Either way a CPU worker is one
 single-threaded process per core (`threads: 1`), unless the config says otherwise.
@@ -37,14 +38,17 @@ def local_pools(cfg: LocalConfig, cpu_count: int, devices: Sequence[int]) -> dic
     if cfg.pools is not None:
         return dict(cfg.pools)
     if devices:
+        # each GPU worker's extraction pipeline runs on its threads (`gpu_threads`, at most half
+        # the cores per GPU: the test workers need the rest)
+        threads = max(1, min(cfg.gpu_threads, cpu_count // (2 * len(devices))))
         pools = {
             f"gpu{device}": LocalPool(
-                workers=1, threads=1, resources={"GPU": 1.0},
+                workers=1, threads=threads, resources={"GPU": 1.0},
                 env={"CUDA_VISIBLE_DEVICES": str(device)},
             )
             for device in devices
         }
-        spare = max(1, (cpu_count - len(devices)) // cfg.threads)
+        spare = max(1, (cpu_count - threads * len(devices)) // cfg.threads)
         pools["cpu"] = LocalPool(
             workers=spare, threads=cfg.threads, resources={"CPU": float(cfg.threads)},
             env={"CUDA_VISIBLE_DEVICES": ""},

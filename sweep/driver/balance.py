@@ -163,6 +163,39 @@ CONSTANTS: dict[str, Constant] = {
 }
 
 
+CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
+    "GPU_FORWARD_LAYER_TOKEN_S": Constant(
+        3.5e-7, "GPU-s per (layer x token) of the eager forward pass alone (attention "
+        "materialised, float32) on one data-centre GPU, at batch 64",
+        "ViT-B/16's 35 GFLOP per image at 40 TFLOP/s of float32 (an H100 or H200 without TF32) "
+        "= 0.9 ms / (12 x 197); to measure: benchmarks/gpu_check.sh ('bare eager forward')",
+        estimate=True,
+    ),
+    "HOST_IMAGE_S": Constant(
+        3.8e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
+        "reading and decoding a 500 x 375 JPEG and the model's own image processor",
+        "thin ViT-B (224 px, ViTImageProcessor): 6.49 CPU ms per input outside the forward "
+        "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
+        "--before <a worktree of 966479d> (this tree's 'CPU ms/input outside forward', 2 "
+        "processes x 3 rounds, --models vit-b,roberta; 2-core AMD EPYC shared, load average "
+        "3.3-3.8; 2026-12-06)",
+    ),
+    "HOST_TEXT_S": Constant(
+        1.2e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
+        "(tokenisation: the model's own tokenizer)",
+        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 2.33 CPU ms per input less "
+        "HOST_BYTE_S x its 0.79 MB; the same run",
+    ),
+    "HOST_BYTE_S": Constant(
+        1.43e-9, "CPU-s per byte of an input's padded attention: cropped into the chunk "
+        "buffer, checked finite, written to the store",
+        "thin DINOv2 at 518 px (T = 1370, 90.1 MB per input): 129.1 CPU ms per input outside "
+        "the forward pass / 90.1 MB (its decode and processor included: an upper bound); the "
+        "same command, --models dinov2-l-reg,dinov2-518, load average 3.6-4.6",
+    ),
+})
+
+
 def _c(name: str) -> float:
     return CONSTANTS[name].seconds
 
@@ -569,3 +602,105 @@ def _duration(seconds: float) -> str:
     if seconds < 6000:
         return f"{seconds / 60:.1f} min"
     return f"{seconds / 3600:.1f} h"
+
+
+# --- one GPU worker's pace ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class Pace:
+    """Inputs per second one extraction worker of `cores` threads is predicted to extract of a
+    model: its pipeline (`workers.tasks.pipeline`) keeps the device busy while the host's work
+    per input, spread over the cores, takes less than the device's."""
+
+    model: str
+    inputs_s: float
+    device_s: float  # seconds per input on the device: the forward pass (and rollout)
+    host_s: float  # CPU-seconds per input outside the forward pass
+    cores: int
+    store_bytes_s: float  # attention bytes per second the store must take at that pace
+    estimates: tuple[str, ...]
+
+    @property
+    def limit(self) -> str:
+        """What sets the pace: the device, or the host's cores."""
+        return "device" if self.device_s * self.cores >= self.host_s else f"{self.cores} core(s)"
+
+
+def worker_pace(model: ModelPlan, cores: int, gpu: bool = True) -> Pace:
+    """`model`'s pace on one extraction worker of `cores` threads (a GPU worker, or a CPU
+    worker where `gpu` is False): 1 / max(device s, host CPU-s / cores) pipelined, 1 / (device
+    s + host CPU-s) on one core; CONSTANTS' estimates named."""
+    tokens = mean_tokens_cubed(model) ** (1.0 / 3.0)
+    forward = "GPU_FORWARD_LAYER_TOKEN_S" if gpu else "CPU_LAYER_TOKEN_S"
+    device = _c(forward) * model.n_layers * tokens
+    used = [forward]
+    if model.rollout_device == "extraction":
+        products, kappas = rollout_pair_elements(model)
+        device += (products + kappas) * _c("GPU_ROLLOUT_S") if gpu else \
+            products * _c("PRODUCTS_S") + kappas * _c("ROLLOUT_KAPPA_S")
+        used.append("GPU_ROLLOUT_S" if gpu else "PRODUCTS_S")
+    per_input = "HOST_IMAGE_S" if model.spec.modality == "image" else "HOST_TEXT_S"
+    host = _c(per_input) + _c("HOST_BYTE_S") * model.input_bytes
+    used += [per_input, "HOST_BYTE_S"]
+    seconds = max(device, host / cores) if cores > 1 else device + host
+    estimates = tuple(name for name in used if CONSTANTS[name].estimate)
+    return Pace(model.name, 1.0 / seconds, device, host, cores,
+                model.input_bytes / seconds, estimates)
+
+
+def extraction_cores(cfg: ClusterConfig | None, cpu_count: int | None = None,
+                     devices: list[int] | None = None) -> int | None:
+    """The threads of one extraction worker `cfg` starts (the fewest, where pools differ);
+    None for an existing cluster (`address`: its workers are its own)."""
+    shapes = None if cfg is None else pool_shapes(cfg, cpu_count, devices)
+    if not shapes:
+        return None
+    threads = [s.threads for s in shapes.values() if s.resources.get("GPU")]
+    return min(threads) if threads else None
+
+
+def pace_lines(plan: SweepPlan, pools: Pools | None, cores: int | None) -> list[str]:
+    """Per model: inputs/s one extraction worker of `cores` threads is predicted to extract,
+    what sets it, and the attention bytes/s the store must take at that pace (also under
+    `attention: drop` or `{sample: N}`, which write every input's attention and delete it
+    once tested)."""
+    gpu = pools is None or pools.gpus > 0
+    shown = cores or 1
+    worker = "GPU worker" if gpu else "extraction worker (no GPU: the forward pass on its CPU)"
+    width = max([20, *(len(model.name) for model in plan.models)])
+    lines = [f"pace of one {worker} of {shown} thread(s){'' if cores else ' (unknown here)'} "
+             f"(predicted: sweep/driver/balance.py CONSTANTS):",
+             f"{'model':<{width}} {'inputs/s':>9} {'device s/input':>15} "
+             f"{'host CPU-s/input':>17} {'limit':>10} {'store must take':>16}"]
+    estimated: dict[str, None] = {}
+    for model in plan.models:
+        pace = worker_pace(model, shown, gpu)
+        estimated.update(dict.fromkeys(pace.estimates))
+        lines.append(f"{model.name:<{width}} {pace.inputs_s:>9.3g} {pace.device_s:>15.3g} "
+                     f"{pace.host_s:>17.3g} {pace.limit:>10} "
+                     f"{_rate(pace.store_bytes_s):>16}")
+    rests = f"estimated: {', '.join(estimated)}" if estimated else "no estimated constant"
+    lines.append(f"the store must take the attention bytes at that pace (drop and sample write "
+                 f"them too, then delete them); a slower store sets the pace; {rests}")
+    return lines
+
+
+def pace_data(plan: SweepPlan, pools: Pools | None, cores: int | None) -> dict[str, object]:
+    """`pace_lines` as data: per model, inputs/s, seconds per input on the device and the
+    host, bytes/s to the store, what limits it and the estimated constants it rests on."""
+    gpu = pools is None or pools.gpus > 0
+    out = {}
+    for model in plan.models:
+        pace = worker_pace(model, cores or 1, gpu)
+        out[model.name] = {"inputs_per_s": pace.inputs_s, "device_s_per_input": pace.device_s,
+                           "host_cpu_s_per_input": pace.host_s, "cores": pace.cores,
+                           "store_bytes_per_s": pace.store_bytes_s, "limit": pace.limit,
+                           "estimated": list(pace.estimates)}
+    return {"gpu": gpu, "cores": cores, "models": out}
+
+
+def _rate(bytes_s: float) -> str:
+    for unit in ("B/s", "KB/s", "MB/s", "GB/s"):
+        if bytes_s < 1000 or unit == "GB/s":
+            return f"{bytes_s:.3g} {unit}"
+        bytes_s /= 1000
+    raise AssertionError("unreachable")

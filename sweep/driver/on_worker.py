@@ -8,11 +8,12 @@ from __future__ import annotations
 from distributed import get_worker
 
 from workers.tasks import run_task
-from workers.tasks.threads import numba_threads
+from workers.tasks.threads import numba_threads, worker_cores
 
 
 def run_on_worker(task: object, *after: object) -> int:
-    """Worker side: run the task with numba on the worker's threads (`after` are the results it
-    waited for, unused)."""
-    with numba_threads(get_worker().state.nthreads):
+    """Worker side: run the task with numba, and an extraction's pipeline, on the worker's
+    threads (`after` are the results it waited for, unused)."""
+    threads = get_worker().state.nthreads
+    with numba_threads(threads), worker_cores(threads):
         return run_task(task)

@@ -11,6 +11,8 @@ rollout on the extraction device"). Verdicts and each layer's kappa never come f
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 UNIT_ROUNDOFF = 2.0**-53
@@ -34,9 +36,10 @@ def kappa_bound(layer: int, t: int) -> float:
     return 8.0 * layer * gamma(t + 1)
 
 
-def restricted_rollout_kappa(attention: np.ndarray, keep: np.ndarray, device: str,
+def restricted_rollout_kappa(attention: Any, keep: np.ndarray, device: str,
                              layers_out: str = "every") -> np.ndarray:
-    """kappa(R_l) of one (L, T, T) attention stack restricted to the tokens `keep` (bool (T,),
+    """kappa(R_l) of one (L, T, T) attention stack (numpy, or a torch tensor: read where it
+    is, e.g. the extraction's buffer on the device) restricted to the tokens `keep` (bool (T,),
     two or more), as the test stage computes it from `restrict_layers` and `rollout`, but on
     torch device `device` in float64: rows of A[keep, keep] renormalised (twice, as the CPU
     path's validation does), M_l = 0.5 * (eye + A_l), R_1 = M_1, R_l = M_l R_{l-1}, kappa(R) =
@@ -47,7 +50,9 @@ def restricted_rollout_kappa(attention: np.ndarray, keep: np.ndarray, device: st
 
     out = np.full(attention.shape[0], np.nan)
     kept = torch.from_numpy(np.flatnonzero(keep)).to(device)
-    a = torch.from_numpy(np.ascontiguousarray(attention)).to(device)  # (layer, T, T)
+    if not isinstance(attention, torch.Tensor):
+        attention = torch.from_numpy(np.ascontiguousarray(attention))
+    a = attention.to(device)  # (layer, T, T)
     sub = a.index_select(1, kept).index_select(2, kept).to(torch.float64)
     mass = sub.sum(dim=-1)  # (layer, kept row): 0 only where every kept entry is 0
     ok = (mass > 0).all(dim=-1).cpu().numpy()

@@ -35,9 +35,12 @@ def open_images(spec: DatasetSpec) -> Dataset:
 
 
 def _read_rgb(path: Path) -> Image.Image:
+    """The decoded picture in RGB: an RGB file's own decode (no copy: `convert` would copy it,
+    the pixels the same), anything else converted."""
     try:
         with Image.open(path) as image:
-            return image.convert("RGB")
+            image.load()
+            return image if image.mode == "RGB" else image.convert("RGB")
     except (UnidentifiedImageError, OSError, SyntaxError, ValueError) as error:
         raise InputError(f"image {path}: cannot be read ({error}); remove or replace it") from error
 

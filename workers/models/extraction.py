@@ -7,6 +7,11 @@ hooks that hand every layer's (batch, heads, query, key) probabilities to a sink
 forward pass. The sink averages heads as each layer is produced (`heads: mean`, the default), so
 one layer's (batch, heads, T, T) is the most ever held, or keeps them all (`heads: each`); padding
 masks keys only and is cropped away here.
+
+Two sinks, the same maps: `Extractor.extract` (the straightforward path: every layer kept, then
+`assemble` crops each input into arrays of its own) and `ChunkSink` (what a sweep's extraction
+task uses: each layer's maps cropped, as it is produced, straight into a reused buffer laid out
+as the store's attention chunks, zero beyond each input's tokens; `extract_into`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,10 @@ class Extractor(ABC):
     n_layers: int
     device: torch.device
     dtype: torch.dtype
+    independent_inputs: bool = False
+    """True where `prepare` treats every input alone (images, whatever the batch): a batch may
+    then be prepared in parts, on several threads, and joined (`join_batches`), giving the same
+    tensors. False where an input depends on its batch (text: padded to the longest)."""
 
     @abstractmethod
     def token_counts(self, items: Sequence[Any]) -> list[int]:
@@ -91,6 +100,129 @@ class Extractor(ABC):
                 self.forward(batch)
         return assemble(self.spec.name, self.n_layers, layers, batch, ids)
 
+    def extract_into(self, batch: Batch, ids: Sequence[str], sink: ChunkSink) -> None:
+        """The forward pass of a prepared batch with every layer's maps written into `sink`'s
+        chunk buffer (`ChunkSink`); run it under `fixed_torch(TORCH_THREADS)`, as `extract`
+        does. ExtractionError if a layer is missing or the maps do not fit the chunk."""
+        sink.start(batch, ids)
+        handles = self.install_hooks(sink)
+        try:
+            with torch.inference_mode():
+                self.forward(batch)
+        finally:
+            for handle in handles:
+                handle.remove()
+        sink.finish()
+
+
+def layer_map(probs: torch.Tensor, each: bool) -> torch.Tensor:
+    """One layer's (batch, heads, query, key) probabilities as stored: the head mean (batch,
+    query, key), or every head (batch, heads, query, key), float32 (both sinks call this)."""
+    if each:
+        return probs.to(torch.float32)
+    return probs.mean(dim=1, dtype=torch.float32)
+
+
+def join_batches(parts: Sequence[Batch], out: dict[str, torch.Tensor] | None = None) -> Batch:
+    """Batches prepared from consecutive parts of one batch's inputs (by an extractor whose
+    `independent_inputs`), as one: tensors concatenated along the batch (into `out`'s tensors
+    of the joined shape where given), positions and kinds in order; other inputs (flags) from
+    the first part."""
+    if len(parts) == 1:
+        return parts[0]
+    inputs: dict[str, Any] = {}
+    for name, value in parts[0].inputs.items():
+        if not isinstance(value, torch.Tensor):
+            inputs[name] = value
+            continue
+        values = [part.inputs[name] for part in parts]
+        target = None if out is None else out.get(name)
+        rows = sum(len(v) for v in values)
+        if target is not None and target.shape == (rows, *value.shape[1:]) \
+                and target.dtype == value.dtype and target.device == value.device:
+            inputs[name] = torch.cat(values, out=target)
+        else:
+            inputs[name] = torch.cat(values)
+    return Batch(inputs, [p for part in parts for p in part.positions],
+                 [k for part in parts for k in part.token_kinds])
+
+
+class ChunkSink:
+    """Where a batch's attention goes in a sweep's extraction: `chunk`, a (rows, layer, head,
+    t_max, t_max) float32 tensor on the model's device laid out as the store's attention chunks
+    (one input per row), reused batch after batch. Per layer, as the model produces it, each
+    input's map (`layer_map`) over its real tokens lands at [:T, :T] of its row; what lies
+    beyond (padding, and whatever the row's previous input left there) is zero after `finish`.
+
+    `extents[r]` is how far row r holds non-zero values (its last input's T, 0 when zeroed):
+    only the difference to the next input is cleared, never the whole buffer."""
+
+    def __init__(self, model: str, n_layers: int, each: bool, chunk: torch.Tensor) -> None:
+        self.model, self.n_layers, self.each, self.chunk = model, n_layers, each, chunk
+        self.extents = [0] * chunk.shape[0]
+        self.layer, self.batch = 0, None
+
+    def start(self, batch: Batch, ids: Sequence[str]) -> None:
+        """Take `batch` (its positions say each input's real tokens) and its inputs' ids before
+        its forward pass."""
+        if len(batch.positions) != len(ids) or len(ids) > self.chunk.shape[0]:
+            raise ValueError(f"{len(batch.positions)} inputs, {len(ids)} ids, a chunk buffer "
+                             f"of {self.chunk.shape[0]} rows")
+        self.batch, self.ids, self.layer = batch, list(ids), 0
+        self.tokens = [len(p) for p in batch.positions]
+        # sorted real positions 0..n-1 (right padding, or none): a slice of the padded maps
+        self.prefix = all(n == 0 or int(p[-1]) == n - 1
+                          for n, p in zip(self.tokens, batch.positions, strict=True))
+        self.width = max(self.tokens, default=0)  # the block every input's map lies in
+        if self.width > self.chunk.shape[-1]:
+            raise ValueError(f"{self.width} tokens for a chunk buffer of {self.chunk.shape[-1]}")
+
+    def __call__(self, probs: torch.Tensor) -> None:  # (batch, heads, query, key)
+        layer = self.layer
+        self.layer += 1
+        if layer >= self.n_layers:  # counted; `finish` names the count
+            return
+        maps = layer_map(probs, self.each)  # (batch, [heads,] query, key)
+        if not self.each:
+            maps = maps[:, None]  # (batch, 1, query, key)
+        n, heads, width = len(self.tokens), maps.shape[1], maps.shape[-1]
+        if heads != self.chunk.shape[2]:
+            raise ExtractionError(
+                f"model {self.model!r} input {self.ids[0]!r}: layer {layer} has {heads} heads, "
+                f"the store expects {self.chunk.shape[2]}")
+        for b, tokens in enumerate(self.tokens):
+            if tokens > width:  # `assemble`'s check, in its words
+                raise ExtractionError(
+                    f"model {self.model!r}, input {self.ids[b]!r}: attention over {width} "
+                    f"tokens but {tokens} token kinds: the token layout is wrong")
+        out = self.chunk[:n, layer]  # (batch, heads, t_max, t_max)
+        if self.prefix:
+            w = self.width
+            out[:, :, :w, :w].copy_(maps[:, :, :w, :w])
+            return
+        for b, keep in enumerate(self.batch.positions):
+            keep = keep.to(maps.device)
+            t = len(keep)
+            out[b, :, :t, :t].copy_(maps[b].index_select(-2, keep).index_select(-1, keep))
+
+    def finish(self) -> None:
+        """After the forward pass: ExtractionError unless every layer came; then zeros beyond
+        each input's tokens (the block's padding, the row's previous input)."""
+        if self.layer != self.n_layers:
+            raise ExtractionError(
+                f"model {self.model!r} returned {self.layer} attention layers for its "
+                f"{self.n_layers} layers: build it with eager (non-fused) attention and one "
+                "attention call per layer"
+            )
+        written = self.width if self.prefix else 0
+        for b, tokens in enumerate(self.tokens):
+            edge = max(self.extents[b], written, tokens)
+            if edge > tokens:
+                row = self.chunk[b]  # (layer, head, t_max, t_max)
+                row[:, :, tokens:edge, :edge] = 0
+                row[:, :, :tokens, tokens:edge] = 0
+            self.extents[b] = tokens
+
 
 @contextmanager
 def capture_attention(extractor: Extractor) -> Iterator[list[torch.Tensor]]:
@@ -101,10 +233,7 @@ def capture_attention(extractor: Extractor) -> Iterator[list[torch.Tensor]]:
     each = extractor.spec.heads == "each"
 
     def sink(probs: torch.Tensor) -> None:  # (batch, heads, query, key)
-        if each:
-            layers.append(probs.to(torch.float32))  # (batch, heads, query, key)
-        else:
-            layers.append(probs.mean(dim=1, dtype=torch.float32))  # (batch, query, key)
+        layers.append(layer_map(probs, each))  # (batch, [heads,] query, key)
 
     handles = extractor.install_hooks(sink)
     try:

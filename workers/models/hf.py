@@ -366,6 +366,11 @@ class HFExtractor(Extractor):
                 and size is not None and int(size) != int(self.config.image_size)
             )
 
+    @property
+    def independent_inputs(self) -> bool:
+        """Images are processed one by one (text is padded to its batch's longest input)."""
+        return self.spec.modality == "image"
+
     # --- preprocessing -------------------------------------------------------------------------
     def _set_up_preprocessing(self) -> None:
         """The tokenizer, or the image processor and its `image_size` arguments: all that

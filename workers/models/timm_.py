@@ -105,6 +105,8 @@ class VisionTransformerExtractor(Extractor):
 class TimmExtractor(VisionTransformerExtractor):
     """A timm VisionTransformer."""
 
+    independent_inputs = True  # its transform takes one image at a time
+
     def __init__(self, spec: ModelSpec, device: torch.device, dtype: torch.dtype) -> None:
         self.spec, self.device, self.dtype = spec, device, dtype
         self.model = build_model(spec).to(device=device, dtype=dtype)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import torch
 
 from storage.attention import clear_dropped
 from storage.device_pin import pin_device
@@ -34,10 +36,21 @@ from workers.exact.readings import READING_EVALUATORS
 from workers.exact.token_kinds import TokenKind, keep_mask
 from workers.inputs import Dataset
 from workers.inputs.digests import input_digests
-from workers.models.extraction import Extractor, load_extractor, model_dataset, prepare_model
+from workers.models.determinism import TORCH_THREADS, fixed_torch
+from workers.models.extraction import (
+    Batch,
+    Extractor,
+    join_batches,
+    load_extractor,
+    model_dataset,
+    prepare_model,
+)
 from workers.models.registry import trained_here
+from workers.tasks.buffers import ChunkBuffers, Filled, chunk_buffers
 from workers.tasks.cache import CACHE_LOCK, cached_dataset, forget_dataset
+from workers.tasks.pipeline import Mapper, run_batches
 from workers.tasks.shards import shard_chunks, too_many_tokens
+from workers.tasks.threads import task_cores
 
 if TYPE_CHECKING:
     from workers.task_specs import ExtractTask, PrepareTask
@@ -102,7 +115,8 @@ def run_prepare(task: PrepareTask) -> int:
 def run_extract(task: ExtractTask) -> int:
     """Extract the shard's inputs, write attention (every head the store keeps: one
     head-averaged map, or each head's), n_tokens, token kinds and input digests, then the marker
-    (with the checksums of those chunks)."""
+    (with the checksums of those chunks). The batches go through `extract_batches`: read,
+    decoded and preprocessed ahead, written behind the forward pass, on the worker's cores."""
     group = open_model(task.store, task.model, mode="r+")
     n_layers, t_max = group.attrs["n_layers"], group.attrs["t_max"]
     n_heads = group.attrs.get("n_heads", 1)  # 1: head-averaged (or written before heads)
@@ -116,45 +130,18 @@ def run_extract(task: ExtractTask) -> int:
         )
     extractor, in_use = cached_extractor(task)
     pin_device(task.store, task.model, extractor.device.type, task.device)
-    n = task.stop - task.start
-    n_tokens = np.zeros(n, dtype=np.int32)  # (input,)
-    token_kind = np.full((n, t_max), TokenKind.PAD, dtype=np.int8)  # (input, token)
-    token_sets = tuple(group.attrs["token_sets"])
-    device_kappa = np.full((n, n_layers, n_heads, len(token_sets)), np.nan)
-    for first in range(task.start, task.stop, task.batch_size):
-        last = min(first + task.batch_size, task.stop)
-        items = dataset.load(range(first, last))
-        with in_use:
-            outs = extractor.extract(items, ids[first - task.start:last - task.start])
-        attention = np.zeros((last - first, n_layers, n_heads, t_max, t_max),
-                             np.float32)  # (b, L, H, q, k)
-        for offset, out in enumerate(outs):
-            row = first - task.start + offset
-            per_head = out.by_head  # (layer, head, T, T)
-            layers, heads, tokens = per_head.shape[0], per_head.shape[1], per_head.shape[-1]
-            if tokens > t_max and (layers, heads) == (n_layers, n_heads) \
-                    and out.input_id == ids[row]:
-                raise too_many_tokens(task.model, ids[row], tokens, t_max, task.store)
-            if (layers, heads) != (n_layers, n_heads) or tokens > t_max \
-                    or out.input_id != ids[row]:
-                raise ExtractionError(
-                    f"model {task.model!r} input {ids[row]!r}: got {out.input_id!r} with "
-                    f"{layers} layers x {heads} heads x {tokens} tokens, the store expects "
-                    f"{n_layers} layers x {n_heads} heads x <= {t_max} tokens"
-                )
-            attention[offset, :, :, :tokens, :tokens] = per_head
-            n_tokens[row] = tokens
-            token_kind[row, :tokens] = out.token_kind
-        write_attention(group, first, attention)
-        if task.device_rollout != "off":
-            rows = slice(first - task.start, last - task.start)
-            device_kappa[rows] = rollout_on_device(
-                attention, n_tokens[rows], token_kind[rows], token_sets, task.device_rollout,
-                str(extractor.device))
-    write_tokens(group, task.start, n_tokens, token_kind)
+    if extractor.n_layers != n_layers or (extractor.spec.heads != "each" and n_heads != 1):
+        raise ExtractionError(
+            f"model {task.model!r} input {ids[0]!r}: the model has {extractor.n_layers} layers "
+            f"({extractor.spec.heads} heads), the store expects {n_layers} layers x {n_heads} "
+            f"heads x <= {t_max} tokens")
+    shard = Shard(task, group, dataset, list(ids), (n_layers, n_heads, t_max))
+    with in_use:
+        extract_batches(shard, extractor, task_cores())
+    write_tokens(group, task.start, shard.n_tokens, shard.token_kind)
     names = ("attention", "n_tokens", "token_kind")
     if task.device_rollout != "off":
-        write_device_rollout(group, task.start, device_kappa)
+        write_device_rollout(group, task.start, shard.device_kappa)
         names += (DEVICE_ROLLOUT,)
     if "input_digest" in group:
         write_input_digest(group, task.start, digests)
@@ -163,18 +150,132 @@ def run_extract(task: ExtractTask) -> int:
     sums = checksums(task.store, files, written_by(group))
     clear_dropped(task.store, task.model, task.shard)  # every input's attention is back
     mark_done(task.store, task.scope, task.marker, sums)
-    return n
+    return shard.size
 
 
-def rollout_on_device(attention: np.ndarray, n_tokens: np.ndarray, token_kind: np.ndarray,
+class Shard:
+    """One extraction task's shard: where it writes (the model group) and what it fills in for
+    the store besides the attention (token counts and kinds, the device rollout's kappa)."""
+
+    def __init__(self, task: ExtractTask, group: Any, dataset: Dataset, ids: list[str],
+                 shape: tuple[int, int, int]) -> None:
+        self.task, self.group, self.dataset, self.ids = task, group, dataset, ids
+        self.n_layers, self.n_heads, self.t_max = shape
+        self.size = task.stop - task.start
+        self.firsts = range(task.start, task.stop, task.batch_size)
+        self.n_tokens = np.zeros(self.size, dtype=np.int32)  # (input,)
+        self.token_kind = np.full((self.size, self.t_max), TokenKind.PAD,
+                                  dtype=np.int8)  # (input, token)
+        self.token_sets = tuple(group.attrs["token_sets"])
+        self.device_kappa = np.full((self.size, self.n_layers, self.n_heads,
+                                     len(self.token_sets)), np.nan)
+
+    def rows(self, k: int) -> slice:
+        """Batch k's inputs, as rows of the shard."""
+        first = self.firsts[k] - self.task.start
+        return slice(first, min(first + self.task.batch_size, self.size))
+
+
+def extract_batches(shard: Shard, extractor: Extractor, cores: int) -> None:
+    """Every batch of the shard through `workers.tasks.pipeline.run_batches`: load (read,
+    decode, preprocess: in parts on the worker's cores where the family prepares inputs alone),
+    run (the forward pass into the chunk buffers, token kinds, the device rollout), write (the
+    chunks, after checking every value is finite). The forward pass and the rollout run on this
+    thread, all of it under `fixed_torch(TORCH_THREADS)`: the same bits on any core count."""
+    task, batch_size = shard.task, shard.task.batch_size
+    with chunk_buffers(task.model, (shard.n_layers, shard.n_heads, shard.t_max, shard.t_max),
+                       min(batch_size, shard.size), extractor.spec.heads == "each",
+                       extractor.device, count=2 if cores > 1 else 1) as buffers:
+        _extract_batches(shard, extractor, cores, buffers)
+
+
+def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
+                     buffers: ChunkBuffers) -> None:
+    task = shard.task
+    joined: dict[int, dict[str, torch.Tensor]] = {}  # per buffer parity: last joined inputs
+    stop = threading.Event()
+
+    def part(indices: range) -> Batch:
+        with fixed_torch(TORCH_THREADS):
+            return extractor.prepare(shard.dataset.load(indices))
+
+    def load(k: int, parts: Mapper) -> Batch:
+        rows = shard.rows(k)
+        first, last = task.start + rows.start, task.start + rows.stop
+        with fixed_torch(TORCH_THREADS):
+            if cores <= 1 or not extractor.independent_inputs:
+                return part(range(first, last))
+            step = -(-(last - first) // cores)
+            batch = join_batches(parts(part, [range(a, min(a + step, last))
+                                              for a in range(first, last, step)]),
+                                 out=joined.get(k % 2))
+            joined[k % 2] = {name: value for name, value in batch.inputs.items()
+                             if isinstance(value, torch.Tensor)}
+            return batch
+
+    def run(k: int, batch: Batch) -> Filled:
+        rows = shard.rows(k)
+        for offset, (positions, kinds) in enumerate(zip(batch.positions, batch.token_kinds,
+                                                        strict=True)):
+            row, tokens = rows.start + offset, len(positions)
+            if tokens > shard.t_max:
+                raise too_many_tokens(task.model, shard.ids[row], tokens, shard.t_max,
+                                      task.store)
+            shard.n_tokens[row] = tokens
+            shard.token_kind[row, :tokens] = kinds
+        sink = buffers.sink(k)
+        extractor.extract_into(batch, shard.ids[rows], sink)
+        if task.device_rollout != "off":
+            shard.device_kappa[rows] = rollout_on_device(
+                sink.chunk[:len(batch.positions)], shard.n_tokens[rows],
+                shard.token_kind[rows], shard.token_sets, task.device_rollout,
+                str(extractor.device))
+        return buffers.filled(k, len(batch.positions))
+
+    def write(k: int, filled: Filled) -> None:
+        rows = shard.rows(k)
+        attention = filled.ready()  # (b, L, H, t_max, t_max)
+        check_finite(task.model, attention, shard.ids[rows])
+        step = max(1, WRITE_BLOCK_BYTES // max(attention[0].nbytes, 1))
+        for a in range(0, len(attention), step):
+            if stop.is_set():  # Ctrl-C: the task is failing, its marker never written
+                return
+            write_attention(shard.group, task.start + rows.start + a, attention[a:a + step])
+
+    with fixed_torch(TORCH_THREADS):
+        run_batches(len(shard.firsts), load, run, write, cores, stop)
+
+
+WRITE_BLOCK_BYTES = 64 << 20  # the writer checks for Ctrl-C between blocks of this much
+
+
+def check_finite(model: str, attention: np.ndarray, ids: Sequence[str]) -> None:
+    """ExtractionError naming the first input, layer and row with a non-finite value in a
+    batch's padded attention (input, layer, head, query, key); the padding is zeros. One float32
+    sum per input (a non-finite value makes it non-finite; finite probabilities cannot overflow
+    it), then the search where one is not finite."""
+    for b, values in enumerate(attention):
+        if np.isfinite(values.sum()):
+            continue
+        bad = np.argwhere(~np.isfinite(values))  # (layer, head, query, key)
+        if len(bad):
+            raise ExtractionError(
+                f"model {model!r}, input {ids[b]!r}: non-finite attention at layer "
+                f"{bad[0][0]}, row {bad[0][-2]}: try dtype float32"
+            )
+
+
+def rollout_on_device(attention: np.ndarray | torch.Tensor, n_tokens: np.ndarray,
+                      token_kind: np.ndarray,
                       token_sets: tuple[str, ...], rollout_mode: str, device: str) -> np.ndarray:
     """The rollout kappa (input, layer, head, token_set) that `evaluate_input` would compute for
-    a batch's padded attention (input, layer, head, query, key), computed with the restriction
+    a batch's padded attention (input, layer, head, query, key; numpy, or the extraction's
+    buffer on its device), computed with the restriction
     on torch `device` (`workers.exact.device_rollout`); NaN where the test stage computes none
     here (the readings compute their own, a set of fewer than two tokens, layers from the first
     one with a kept row without mass, `off`)."""
     n, _, n_heads = attention.shape[:3]
-    out = np.full(attention.shape[:3] + (len(token_sets),), np.nan)
+    out = np.full((*attention.shape[:3], len(token_sets)), np.nan)
     if rollout_mode == "off":
         return out
     for i in range(n):

@@ -1,12 +1,16 @@
-"""numba's threads in a worker process: its tasks run on the cores the worker was given."""
+"""The cores a worker gives its tasks: numba's threads in a worker process, and the cores an
+extraction task's pipeline may use (`task_cores`)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 from collections.abc import Iterator
+from contextvars import ContextVar
 
 import numba
+
+_WORKER_CORES: ContextVar[int | None] = ContextVar("worker_cores", default=None)
 
 
 def settle_numba_pool() -> None:
@@ -38,3 +42,24 @@ def numba_threads(threads: int) -> Iterator[None]:
         yield
     finally:
         numba.set_num_threads(saved)
+
+
+@contextlib.contextmanager
+def worker_cores(cores: int) -> Iterator[None]:
+    """Within the block, tasks run in this thread may use `cores` cores (`task_cores`): a Dask
+    worker's threads, set by `sweep.driver.on_worker.run_on_worker`."""
+    token = _WORKER_CORES.set(max(1, int(cores)))
+    try:
+        yield
+    finally:
+        _WORKER_CORES.reset(token)
+
+
+def task_cores() -> int:
+    """The cores the running task may use: its worker's (`worker_cores`: a Dask worker's
+    threads), else every CPU this process may run on (a sweep run in process)."""
+    cores = _WORKER_CORES.get()
+    if cores is not None:
+        return cores
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
+        else (os.cpu_count() or 1)

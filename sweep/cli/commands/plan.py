@@ -180,12 +180,12 @@ def describe(plan: SweepPlan, in_flight: int | None = None, verbose: bool = True
 
 
 def plan_json(config: SweepConfig, plan: SweepPlan, pools: Pools | None,
-              cluster_text: str | None, prices: dict[str, Any] | None = None
-              ) -> dict[str, Any]:
+              cluster_text: str | None, prices: dict[str, Any] | None = None,
+              cluster: ClusterConfig | None = None) -> dict[str, Any]:
     """What the text shows, as JSON data: the resolved config, the rows, totals, the training
     runs and estimated wall times (`prices`: `pricing`'s data) and, with a cluster, its
-    description and the predicted seconds per model."""
-    from sweep.driver.balance import predictions
+    description, the predicted seconds per model and each extraction worker's pace."""
+    from sweep.driver.balance import extraction_cores, pace_data, predictions
 
     index, state = _store_markers(config)
     rows = plan_rows(plan, index)
@@ -194,7 +194,8 @@ def plan_json(config: SweepConfig, plan: SweepPlan, pools: Pools | None,
     if prices is not None:
         out["pricing"] = prices
     if cluster_text is not None:
-        out["cluster"] = {"description": cluster_text, "prediction": predictions(plan, pools)}
+        out["cluster"] = {"description": cluster_text, "prediction": predictions(plan, pools),
+                          "pace": pace_data(plan, pools, extraction_cores(cluster))}
     return out
 
 
@@ -239,7 +240,7 @@ def plan(args: argparse.Namespace) -> int:
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     text = args.format == "text"
     from sweep.clusters.client import describe_cluster
-    from sweep.driver.balance import balance_lines, cluster_pools
+    from sweep.driver.balance import balance_lines, cluster_pools, extraction_cores, pace_lines
     from sweep.driver.preflight import check_cluster
     from sweep.driver.runner import check_config, sized_plan
 
@@ -258,7 +259,8 @@ def plan(args: argparse.Namespace) -> int:
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
     if not text:
         cluster_text = None if cluster is None else describe_cluster(cluster)
-        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text, prices_data),
+        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text, prices_data,
+                                   cluster),
                          indent=1, default=str))
         return 0
     for line in describe(sweep_plan, in_flight, verbose=args.verbose):
@@ -268,6 +270,7 @@ def plan(args: argparse.Namespace) -> int:
         print()
         print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))
         print("\n".join(["", *balance_lines(sweep_plan, pools, constants=args.verbose)]))
+        print("\n".join(["", *pace_lines(sweep_plan, pools, extraction_cores(cluster))]))
     return 0
 
 

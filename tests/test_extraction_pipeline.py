@@ -1,0 +1,245 @@
+"""The extraction task's pipeline stores what the straightforward path extracts, bit for bit, on
+every family, with `heads: each`, on one core or two; its errors are one line, leave no
+marker and stop every thread it started."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import zarr
+from PIL import Image
+
+from storage import markers
+from storage.errors import ExtractionError, InputError
+from sweep.config.load import parse_config
+from sweep.driver.runner import locked, materialise
+from workers.models.extraction import ChunkSink, layer_map
+from workers.tasks import run_task
+from workers.tasks.extract import cached_extractor, fresh_digests
+from workers.tasks.pipeline import run_batches
+from workers.tasks.threads import worker_cores
+
+DATASETS = {
+    "photos": {"source": "sklearn:sample_images", "limit": 7},
+    "topics": {"source": "pydoc:topics", "limit": 7},
+    "wine": {"kind": "tabular", "source": "sklearn:wine", "limit": 7},
+    "digits": {"kind": "image", "source": "sklearn:digits", "limit": 7},
+}
+MODELS = {  # every family; the trained ones through their random-init controls (no training)
+    "vit": {"source": "tiny-vit", "dataset": "photos"},
+    "deit-d": {"source": "tiny-deit-distilled", "dataset": "photos"},
+    "dino-reg": {"source": "tiny-dinov2-reg", "dataset": "photos"},
+    "roberta": {"source": "tiny-roberta", "dataset": "topics"},
+    "distilbert": {"source": "tiny-distilbert", "dataset": "topics"},
+    "ft": {"source": "ft-transformer", "dataset": "wine", "control": "random-init"},
+    "digits-vit": {"source": "vit-digits", "dataset": "digits", "control": "random-init"},
+    "vit-each": {"source": "tiny-vit", "dataset": "photos", "options": {"heads": "each"}},
+    "roberta-each": {"source": "tiny-roberta", "dataset": "topics",
+                     "options": {"heads": "each"}},
+}
+UNTRAINED = ["vit", "deit-d", "dino-reg", "roberta", "distilbert", "ft@random-init",
+             "digits-vit@random-init", "vit-each", "roberta-each"]
+
+
+def plan_for(folder: Path, models: dict, datasets: dict = DATASETS, **top):
+    """A store in `folder` with `models`, shards of 5 inputs in batches of 2 (a short last
+    batch; text rows reused by shorter inputs), and its tasks."""
+    config = parse_config({"store": str(folder / "s.zarr"), "shard_size": 5, "batch_size": 2,
+                           "token_sets": ["all"], "matched_nulls": None,
+                           "datasets": datasets,
+                           "models": models, **top})
+    with locked(config):
+        return config, materialise(config)
+
+
+def stored(store: Path, model: str) -> dict[str, np.ndarray]:
+    group = zarr.open_group(str(store), mode="r")[model]
+    return {name: np.asarray(group[name][:]) for name in ("attention", "n_tokens", "token_kind")}
+
+
+def straightforward(task) -> np.ndarray:
+    """The shard's padded attention as `Extractor.extract` gives it, batch by batch."""
+    extractor, _ = cached_extractor(task)
+    dataset, _ = fresh_digests(task)
+    group = zarr.open_group(str(task.store), mode="r")[task.model]
+    out = np.zeros(group["attention"].shape, np.float32)[task.start:task.stop]
+    for first in range(task.start, task.stop, task.batch_size):
+        last = min(first + task.batch_size, task.stop)
+        for offset, item in enumerate(extractor.extract(dataset.load(range(first, last)),
+                                                        dataset.ids[first:last])):
+            t = item.attention.shape[-1]
+            out[first - task.start + offset, :, :, :t, :t] = item.by_head
+    return out
+
+
+@pytest.fixture(scope="module")
+def swept(tmp_path_factory):
+    """Every model's store after its tasks ran on 1 core, then again on 2."""
+    folder = tmp_path_factory.mktemp("pipeline")
+    config, plan = plan_for(folder, MODELS)
+    runs = {}
+    for cores in (1, 2):
+        with worker_cores(cores):
+            for task in plan.tasks:
+                if task.stage == "extract" and task.model in UNTRAINED:
+                    run_task(task)
+        runs[cores] = {name: stored(config.store, name) for name in UNTRAINED}
+    return plan, runs
+
+
+@pytest.mark.parametrize("model", UNTRAINED)
+def test_every_family_stores_the_straightforward_extraction_bit_for_bit(swept, model):
+    plan, runs = swept
+    tasks = [t for t in plan.tasks if t.stage == "extract" and t.model == model]
+    expected = np.concatenate([straightforward(task) for task in tasks])
+    for cores, stores in runs.items():
+        got = stores[model]
+        assert got["attention"].tobytes() == expected.tobytes(), f"{model} on {cores} cores"
+        for name in ("n_tokens", "token_kind"):
+            np.testing.assert_array_equal(got[name], runs[1][model][name])
+
+
+def test_text_inputs_of_different_lengths_share_rows_and_leave_zeros(swept):
+    _, runs = swept
+    got = runs[2]["roberta"]
+    assert len(set(got["n_tokens"].tolist())) > 2  # rows reused by shorter inputs
+    for attention, t in zip(got["attention"], got["n_tokens"], strict=True):
+        assert not attention[..., t:, :].any() and not attention[..., :, t:].any()
+
+
+def test_the_mean_written_into_the_chunk_equals_the_assembled_mean():
+    gen = torch.Generator().manual_seed(0)
+    probs = torch.softmax(torch.randn(3, 5, 7, 7, generator=gen), dim=-1)  # (b, heads, q, k)
+    chunk = torch.full((4, 1, 1, 9, 9), 7.0)  # a buffer holding a previous batch's values
+    sink = ChunkSink("m", 1, False, chunk)
+    sink.extents = [9, 9, 9, 9]
+    sink.start(_batch([7, 4, 7]), ["a", "b", "c"])
+    sink(probs)
+    sink.finish()
+    mean = layer_map(probs, False)
+    assert torch.equal(chunk[0, 0, 0, :7, :7], mean[0]) and torch.equal(chunk[1, 0, 0, :4, :4],
+                                                                        mean[1, :4, :4])
+    assert not chunk[1, 0, 0, 4:].any() and not chunk[1, 0, 0, :, 4:].any()
+    assert not chunk[0, 0, 0, 7:].any() and (chunk[3] == 7.0).all()  # row 3: not this batch's
+
+
+def _batch(tokens: list[int]):
+    from workers.models.extraction import Batch
+
+    return Batch({}, [torch.arange(t) for t in tokens],
+                 [np.zeros(t, np.int8) for t in tokens])
+
+
+def test_a_missing_layer_is_the_straightforward_paths_error():
+    sink = ChunkSink("m", 2, False, torch.zeros(1, 2, 1, 3, 3))
+    sink.start(_batch([3]), ["x"])
+    sink(torch.full((1, 1, 3, 3), 1 / 3))
+    with pytest.raises(ExtractionError, match="returned 1 attention layers for its 2 layers"):
+        sink.finish()
+
+
+def test_a_corrupt_image_is_one_line_naming_it_and_leaves_no_marker(tmp_path):
+    folder = tmp_path / "images"
+    folder.mkdir()
+    for k in range(5):
+        Image.new("RGB", (40, 30), (40 * k, 10, 10)).save(folder / f"{k}.png")
+    config, plan = plan_for(tmp_path, {"vit": {"source": "tiny-vit", "dataset": "imgs"}},
+                            {"imgs": {"kind": "image", "path": str(folder)}})
+    (folder / "3.png").write_bytes((folder / "3.png").read_bytes()[:60])  # damaged since
+    task = next(t for t in plan.tasks if t.stage == "extract")
+    task = dataclasses.replace(task, digests=())  # no digest to notice the edit first
+    for cores in (1, 2):
+        with worker_cores(cores), pytest.raises(InputError, match=r"image .*3\.png: cannot be") \
+                as caught:
+            run_task(task)
+        assert "\n" not in str(caught.value)
+        assert not markers.MarkerIndex(config.store_ref).done(task.scope, task.marker)
+
+
+def test_non_finite_attention_names_input_layer_and_row(tmp_path, monkeypatch):
+    config, plan = plan_for(tmp_path, {"vit": {"source": "tiny-vit", "dataset": "photos"}})
+    task = next(t for t in plan.tasks if t.stage == "extract")
+    extractor, _ = cached_extractor(task)
+    real = extractor.install_hooks
+
+    def poisoned(sink):
+        def layer_two_row_one(probs):
+            if getattr(sink, "layer", None) == 1:
+                probs = probs.clone()
+                probs[1, 0, 1, 2] = float("nan")  # the batch's second input
+            sink(probs)
+
+        return real(layer_two_row_one)
+
+    monkeypatch.setattr(extractor, "install_hooks", poisoned)
+    for cores in (1, 2):
+        with worker_cores(cores), pytest.raises(
+                ExtractionError, match=r"input 'flower\.jpg': non-finite attention at layer 1, "
+                                       r"row 1"):
+            run_task(task)
+        assert not markers.MarkerIndex(config.store_ref).done(task.scope, task.marker)
+
+
+def _threads() -> set[str]:
+    return {t.name for t in threading.enumerate() if t.name.startswith("extract-")}
+
+
+def test_a_failing_stage_reaches_the_caller_first_in_batch_order_and_stops_every_thread():
+    order = []
+
+    def load(k, parts):
+        if k == 3:
+            raise ValueError("load 3")
+        return parts(lambda x: x, [k])[0]
+
+    def write(k, result):
+        time.sleep(0.05)
+        order.append(k)
+        if k == 2:
+            raise OSError("write 2")
+
+    with pytest.raises(OSError, match="write 2"):  # batch 2's write, before batch 3's load
+        run_batches(6, load, lambda k, item: item, write, cores=2)
+    assert order == [0, 1, 2] and not _threads()
+    with pytest.raises(ValueError, match="load 3"):
+        run_batches(6, load, lambda k, item: item, lambda k, r: None, cores=2)
+    assert not _threads()
+
+
+def test_ctrl_c_in_the_forward_pass_stops_the_writer_between_chunks():
+    stop = threading.Event()
+    written = []
+
+    def run(k, item):
+        if k == 2:
+            raise KeyboardInterrupt
+        return item
+
+    def write(k, result):
+        for chunk in range(50):
+            if stop.is_set():
+                return
+            written.append((k, chunk))
+            time.sleep(0.01)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_batches(5, lambda k, parts: k, run, write, cores=2, stop=stop)
+    assert stop.is_set() and not _threads()
+    assert len([w for w in written if w[0] == 1]) < 50  # batch 1's write cut short
+
+
+def test_one_core_runs_every_stage_on_the_callers_thread():
+    seen = set()
+
+    def note(*args):
+        seen.add(threading.current_thread().name)
+        return args[-1]
+
+    run_batches(3, lambda k, parts: parts(note, [k])[0], note, note, cores=1)
+    assert seen == {threading.current_thread().name}

@@ -1,0 +1,104 @@
+"""The host buffers an extraction task writes the store from: laid out as the store's attention
+chunks (input, layer, head, t_max, t_max), float32, zeroed once and reused batch after batch.
+
+On a CUDA device the model's maps land in one buffer on the device (`ChunkSink`), which one
+`non_blocking` copy per batch moves into a pinned host buffer; on the CPU the maps land in the
+host buffer itself. Batch k uses host buffer k % count: with two, the writer stores batch k-1
+from one while batch k fills the other (`workers.tasks.pipeline` waits for batch k-1's write
+before batch k+1 reuses its buffer).
+
+A process keeps the last set it used (`chunk_buffers`) for its next task of the same shapes:
+no zeroed pages to fault in, no pinned memory to allocate again, per task. A task that fails
+drops its set (a batch cut short leaves values its rows' extents do not record).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workers.models.extraction import ChunkSink
+
+
+@dataclass
+class Filled:
+    """A host buffer holding a batch: rows [:n] are its inputs' chunks once `ready()` returns."""
+
+    array: np.ndarray  # (rows, layer, head, t_max, t_max) float32, the whole buffer
+    n: int
+    event: torch.cuda.Event | None = None  # recorded after the device-to-host copy
+
+    def ready(self) -> np.ndarray:
+        """Rows [:n], once the copy into them has finished."""
+        if self.event is not None:
+            self.event.synchronize()
+        return self.array[:self.n]
+
+
+class ChunkBuffers:
+    """`count` host buffers of `rows` inputs (pinned on CUDA) and the sinks a forward pass writes
+    into: one per host buffer on the CPU, one device buffer on CUDA (copied out per batch)."""
+
+    def __init__(self, model: str, shape: tuple[int, int, int, int], rows: int, each: bool,
+                 device: torch.device, count: int) -> None:
+        full = (rows, *shape)  # (input, layer, head, t_max, t_max)
+        cuda = device.type == "cuda"
+        self.host = [_zeros(full, pinned=cuda) for _ in range(count)]
+        self.on_device = torch.zeros(full, dtype=torch.float32, device=device) if cuda else None
+        # the sink's `extents` say what each row holds: one sink per buffer written into
+        targets = [self.on_device] if cuda else self.host
+        self.sinks = [ChunkSink(model, shape[0], each, target) for target in targets]
+
+    def sink(self, k: int) -> ChunkSink:
+        """The sink batch k's forward pass writes into."""
+        return self.sinks[k % len(self.sinks)]
+
+    def filled(self, k: int, n: int) -> Filled:
+        """Batch k's host buffer with its n rows (on CUDA after one non_blocking copy from the
+        device buffer, queued behind the forward pass; `Filled.ready` waits for it)."""
+        host = self.host[k % len(self.host)]
+        if self.on_device is None:
+            return Filled(host.numpy(), n)
+        host[:n].copy_(self.on_device[:n], non_blocking=True)
+        event = torch.cuda.Event()
+        event.record(torch.cuda.current_stream(self.on_device.device))  # the copy's stream
+        return Filled(host.numpy(), n, event)
+
+
+_KEPT: dict[tuple, ChunkBuffers] = {}  # the last set a task of this process used, by shapes
+_KEPT_LOCK = threading.Lock()
+
+
+@contextmanager
+def chunk_buffers(model: str, shape: tuple[int, int, int, int], rows: int, each: bool,
+                  device: torch.device, count: int) -> Iterator[ChunkBuffers]:
+    """`ChunkBuffers` for one task: the set the process kept from its last task when the
+    shapes are the same (each task has it alone), else a new one; kept again (the only one)
+    when the task succeeds."""
+    key = (shape, rows, each, str(device), count)
+    with _KEPT_LOCK:
+        buffers = _KEPT.pop(key, None)
+    if buffers is None:
+        buffers = ChunkBuffers(model, shape, rows, each, device, count)
+    for sink in buffers.sinks:
+        sink.model = model  # the name its errors give
+    yield buffers
+    with _KEPT_LOCK:  # not reached when the task raised: its set is dropped
+        _KEPT.clear()
+        _KEPT[key] = buffers
+
+
+def _zeros(shape: tuple[int, ...], pinned: bool) -> torch.Tensor:
+    """A zeroed float32 host tensor, in page-locked memory when `pinned` and the driver gives it
+    (a pageable one otherwise: the copies are then synchronous, the values the same)."""
+    if pinned:
+        try:
+            return torch.zeros(shape, dtype=torch.float32, pin_memory=True)
+        except RuntimeError:
+            pass
+    return torch.from_numpy(np.zeros(shape, dtype=np.float32))

@@ -1,0 +1,75 @@
+"""Batches through three stages, one batch each in flight: while the caller's thread runs batch
+k (the forward pass), batch k+1 is loaded (its parts on a pool of the worker's cores) and batch
+k-1 written. Each stage meets the batches in order, so what they compute is what one thread
+computes; with one core the stages run one after another on the caller's thread.
+
+A stage's error reaches the caller, the one an in-order run meets first (an earlier batch's
+write before a later batch's load), after every stage thread has stopped: nothing keeps writing
+once the call returns or raises. Ctrl-C (KeyboardInterrupt in the caller's thread) sets `stop`,
+which the writer checks between chunks, and is raised once the threads are done.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
+
+A = TypeVar("A")
+B = TypeVar("B")
+Mapper = Callable[[Callable[[A], B], Sequence[A]], list[B]]
+
+
+def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
+    """`fn` over `items` on this thread, in order."""
+    return [fn(item) for item in items]
+
+
+def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, Any], Any],
+                write: Callable[[int, Any], None], cores: int,
+                stop: threading.Event | None = None) -> None:
+    """For k in 0..n-1: `write(k, run(k, load(k, parts)))`, pipelined on `cores` > 1 (`parts`
+    maps a function over a batch's parts on the pool; serially with one core). `run` always
+    runs on the calling thread; `write(k)` starts after `run(k)` and before `run(k + 2)`
+    starts (two buffers suffice); `load(k + 1)` while `run(k)` runs."""
+    stop = stop or threading.Event()
+    if cores <= 1:
+        for k in range(n):
+            write(k, run(k, load(k, serial_map)))
+        return
+    parts = ThreadPoolExecutor(cores, thread_name_prefix="extract-part")
+    loader = ThreadPoolExecutor(1, thread_name_prefix="extract-load")
+    writer = ThreadPoolExecutor(1, thread_name_prefix="extract-write")
+
+    def on_pool(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
+        futures = [parts.submit(fn, item) for item in items]
+        return [future.result() for future in futures]
+
+    written: Future | None = None  # batch k-1's write
+    try:
+        loading = loader.submit(load, 0, on_pool) if n else None
+        for k in range(n):
+            item = loading.result()
+            if k + 1 < n:
+                loading = loader.submit(load, k + 1, on_pool)
+            result = run(k, item)
+            if written is not None:
+                written.result()
+            written = writer.submit(write, k, result)
+        if written is not None:
+            written.result()
+    except KeyboardInterrupt:
+        stop.set()  # the writer stops between chunks
+        raise
+    except BaseException:
+        # batch k failed to load or run: batch k-1's write, before it in batch order, may have
+        # failed too, and its error is the one an in-order run meets first
+        if written is not None and written.exception() is not None:
+            raise written.exception() from None
+        raise
+    finally:
+        stop.set()
+        parts.shutdown(wait=False, cancel_futures=True)  # parts not started never start
+        for pool in (loader, parts, writer):
+            pool.shutdown(wait=True)
