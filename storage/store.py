@@ -502,24 +502,38 @@ def _write_raw(array: zarr.Array, start: int, attention: np.ndarray) -> None:
     """Each input's chunk of `attention` (C-contiguous little-endian float32, one input per
     chunk: `raw_chunks`) set in `array`'s store at once, as zarr sets them; a chunk that is all
     fill value (zero: never a real input's attention, whose rows sum to 1) goes through zarr,
-    which skips or deletes it."""
+    which skips or deletes it. A store that keeps what it is given (in memory) gets copies:
+    `attention` is a buffer the caller reuses."""
     stop = start + len(attention)
     if start < 0 or stop > array.shape[0]:
         raise IndexError(f"inputs {start}..{stop} of an attention array of {array.shape[0]}")
     prefix = f"{array.store_path.path}/" if array.store_path.path else ""
     store, prototype = array.store_path.store, default_buffer_prototype()
     zeros = (0,) * (array.ndim - 1)
+    keeps = _keeps_buffers(store)
     items, empty = [], []
     for offset, values in enumerate(attention):
         if not values[0, 0, 0].any() and not values.any():
             empty.append(offset)
             continue
         key = prefix + array.metadata.encode_chunk_key((start + offset, *zeros))
-        items.append((key, prototype.buffer.from_array_like(values.reshape(-1).view(np.uint8))))
+        chunk = values.reshape(-1).view(np.uint8)
+        items.append((key, prototype.buffer.from_array_like(chunk.copy() if keeps else chunk)))
     if items:
         sync(concurrent_map(items, store.set, limit=zarr.config.get("async.concurrency")))
     for offset in empty:
         array[start + offset:start + offset + 1] = attention[offset:offset + 1]
+
+
+def _keeps_buffers(store: object) -> bool:
+    """Whether `store` holds on to the buffers it is given instead of writing their bytes out
+    (zarr's MemoryStore; an ObjectStore over obstore's MemoryStore), under any wrappers."""
+    while isinstance(store, zarr.storage.WrapperStore):
+        store = store._store
+    if isinstance(store, zarr.storage.MemoryStore):
+        return True
+    inner = getattr(store, "store", None)
+    return type(inner).__name__ == "MemoryStore"
 
 
 def read_attention(array: zarr.Array, start: int, stop: int,

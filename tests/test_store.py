@@ -113,6 +113,30 @@ def test_attention_chunks_written_as_their_bytes_are_the_files_and_checksums_zar
     assert sums[0] == sums[1]
 
 
+@pytest.mark.parametrize("memory", ["zarr", "obstore"])
+def test_a_store_that_keeps_its_buffers_gets_copies_of_a_reused_batch_buffer(memory):
+    """The extraction reuses one batch buffer; an in-memory store (zarr's, obstore's through
+    zarr's ObjectStore, under zarr wrappers) keeps what it is given, so each chunk it gets is a
+    copy: the first batch's values survive the second batch written from the same buffer."""
+    import obstore.store
+
+    from storage.recording import RecordingStore
+
+    inner = (zarr.storage.MemoryStore() if memory == "zarr"
+             else zarr.storage.ObjectStore(obstore.store.MemoryStore()))
+    group = zarr.open_group(RecordingStore(inner), mode="w", zarr_format=3)
+    group.create_array("attention", shape=(4, 3, 1, 5, 5), chunks=(1, 3, 1, 5, 5),
+                       dtype="float32", compressors=None, filters=None,
+                       dimension_names=("input", "layer", "head", "query", "key"))
+    assert store_module.raw_chunks(group["attention"])
+    values = np.random.default_rng(1).random((4, 3, 1, 5, 5)).astype(np.float32)
+    buffer = np.empty((2, 3, 1, 5, 5), np.float32)
+    for start in (0, 2):
+        buffer[...] = values[start:start + 2]
+        write_attention(group, start, buffer)
+    assert np.array_equal(group["attention"][:], values)
+
+
 @pytest.mark.parametrize(("block_bytes", "reads"), [(1 << 30, 1), (4 * 3 * 25 * 2, 5)])
 def test_stored_attention_reads_a_shard_in_blocks_of_inputs(tmp_path, monkeypatch,
                                                             block_bytes, reads):
