@@ -49,19 +49,20 @@ class Figure:
 
 MEMORY: dict[str, Figure] = {
     "TEST_WORKER": Figure(
-        250, "MiB resident in a CPU test worker process after its first test task (imports, "
-        "numba's kernels from the cache, distributed's worker)",
-        "PYTHONPATH=. python benchmarks/worker_start.py: a `dask worker --nthreads 1` after "
-        "its second test task at T = 197 (246 MiB, 8 inputs, 12 layers), rounded up; "
-        "benchmarks/pool_bench.py --memory: 204 MiB in a bare process after a task at T = 8; "
-        "Intel Xeon, Python 3.11, numba 0.68, 2026-12-06",
+        217, "MiB resident in a CPU test worker process once it ran a test task (Python, "
+        "distributed's worker, numpy, zarr, numba and its kernels from the cache)",
+        "PYTHONPATH=. python benchmarks/worker_start.py --t 8: a `dask worker --nthreads 1` "
+        "after two test tasks at T = 8 (217 MiB, two rounds); 246 MiB after two at T = 197 "
+        "(8 inputs, 12 layers); Intel Xeon (Sapphire Rapids, KVM), Python 3.11, numba 0.68, "
+        "distributed 2026.8, 2026-12-06",
     ),
     "TEST_STACKS": Figure(
-        3.3, "float64 (layer, T, T) stacks a test task holds at its peak, beside one read "
+        3.2, "float64 (layer, T, T) stacks a test task holds at its peak, beside one read "
         "block of attention",
         "PYTHONPATH=. python benchmarks/pool_bench.py --memory 197,577,1370: (peak during the "
-        "task - after the warm-up - the read block) / (12 x T^2 x 8 bytes) = 3.3, 3.2, 3.1; "
-        "the largest, 2026-12-06",
+        "task - after a warm-up task at T = 8 - the read block) / (12 x T^2 x 8 bytes) = 3.2 at "
+        "T = 577 (332 - 204 - 30.5 MiB) and 3.1 at 1370 (821 - 204 - 86 MiB); at 197 the "
+        "stacks are 3.6 MiB and the rest (5 MiB) is not theirs; two runs, 2026-12-06",
     ),
     "EXTRACT_IMPORTS": Figure(
         900, "MiB resident in a process that imported torch and its family and built a tiny "
