@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import subprocess
@@ -60,6 +61,7 @@ from sweep.clusters.config import THREAD_VARIABLES
 from workers.task_specs import TestTask
 
 REPO = Path(__file__).resolve().parents[1]
+Spans = dict[str, list[tuple[float, float]]]  # worker -> (start, stop) of each task it ran
 
 
 def write_store(path: Path, t: int, inputs: int, shard_size: int) -> list[TestTask]:
@@ -156,6 +158,24 @@ class Pool:
         return [psutil.Process(pid) for pid in (self.scheduler.pid, self.workers.pid,
                                                 *self.worker_pids)]
 
+    def execute(self, tasks: list[TestTask], tag: str) -> tuple[float, float, Spans]:
+        """Submit every task as a sweep does and gather them: (start, end, each worker's
+        compute spans, from the scheduler's task stream)."""
+        from sweep.driver.on_worker import run_on_worker
+
+        with get_task_stream(self.client) as stream:
+            start = time.time()
+            futures = [self.client.submit(run_on_worker, task, key=f"{task.key}-{tag}",
+                                          resources={"CPU": 1}, pure=False) for task in tasks]
+            self.client.gather(futures)
+            end = time.time()
+        spans: Spans = {}
+        for record in stream.data:
+            for part in record["startstops"]:
+                if part["action"] == "compute":
+                    spans.setdefault(record["worker"], []).append((part["start"], part["stop"]))
+        return start, end, spans
+
     def pause(self) -> None:
         """Stop every process of the pool (SIGSTOP), so an idle pool takes no CPU from the
         pool being measured."""
@@ -193,32 +213,79 @@ def worker_threads() -> dict[str, object]:
             "os threads": psutil.Process().num_threads()}
 
 
-def run_round(pool: Pool, tasks: list[TestTask], tag: str) -> dict[str, float]:
-    """Submit and gather every task once; the round's wall time and how its time was spent."""
-    from sweep.driver.on_worker import run_on_worker
+def bare_process(started: multiprocessing.Queue) -> None:
+    """A bare pool's process, as it starts: import the test side, say who it is."""
+    import workers.tasks.verdicts  # noqa: F401
 
+    started.put(os.getpid())
+
+
+def timed_test(task: TestTask) -> tuple[int, float, float]:
+    """In a bare process: the test task's body (`run_test`); (this process, start, stop)."""
+    from workers.tasks.verdicts import run_test
+
+    start = time.time()
+    run_test(task)
+    return os.getpid(), start, time.time()
+
+
+class BarePool:
+    """C plain processes (multiprocessing, spawned, the thread variables at 1) that run the
+    test task's body with no Dask, one task at a time each as they free up: what this machine
+    gives C processes doing this work, the ceiling of a pool."""
+
+    def __init__(self, cores: int) -> None:
+        self.cores = cores
+        context = multiprocessing.get_context("spawn")
+        started = context.Queue()
+        self.pool = context.Pool(cores, initializer=bare_process, initargs=(started,))
+        self.pids = sorted(started.get(timeout=300) for _ in range(cores))
+
+    def cpu(self) -> dict[str, float]:
+        return {"workers": sum(cpu_seconds(psutil.Process(p)) for p in self.pids)}
+
+    def processes(self) -> list[psutil.Process]:
+        return [psutil.Process(pid) for pid in self.pids]
+
+    def pause(self) -> None:
+        for process in self.processes():
+            process.suspend()
+
+    def resume(self) -> None:
+        for process in self.processes():
+            process.resume()
+
+    def execute(self, tasks: list[TestTask], tag: str) -> tuple[float, float, Spans]:
+        start = time.time()
+        done = self.pool.map(timed_test, tasks, chunksize=1)
+        end = time.time()
+        spans: Spans = {}
+        for pid, begin, stop in done:
+            spans.setdefault(str(pid), []).append((begin, stop))
+        return start, end, spans
+
+    def close(self) -> None:
+        self.resume()
+        self.pool.terminate()
+        self.pool.join()
+
+
+def run_round(pool: Pool | BarePool, tasks: list[TestTask], tag: str) -> dict[str, float]:
+    """Run every task once on `pool`; the round's wall time and how its time was spent."""
     me = psutil.Process()
     before, driver, load = pool.cpu(), cpu_seconds(me), os.getloadavg()[0]
-    with get_task_stream(pool.client) as stream:
-        start = time.time()
-        futures = [pool.client.submit(run_on_worker, task, key=f"{task.key}-{tag}",
-                                      resources={"CPU": 1}, pure=False) for task in tasks]
-        pool.client.gather(futures)
-        end = time.time()
+    start, end, spans_of = pool.execute(tasks, tag)
     after = pool.cpu()
-    computes: dict[str, list[tuple[float, float]]] = {}
-    for record in stream.data:
-        for part in record["startstops"]:
-            if part["action"] == "compute":
-                computes.setdefault(record["worker"], []).append((part["start"], part["stop"]))
     wall = end - start
-    busy = sum(stop - begin for spans in computes.values() for begin, stop in spans)
-    between = ramp = 0.0
-    for spans in computes.values():
+    busy = sum(stop - begin for spans in spans_of.values() for begin, stop in spans)
+    between = 0.0
+    for spans in spans_of.values():
         spans.sort()
-        between += sum(max(0.0, b - a) for (_, a), (b, _) in zip(spans, spans[1:], strict=False))
+        between += sum(max(0.0, b - a) for (_, a), (b, _) in zip(spans, spans[1:],
+                                                                 strict=False))
     ramp = pool.cores * wall - busy - between  # idle workers and the edges of each worker's run
-    used = {name: after[name] - before[name] for name in after}
+    used = {name: after.get(name, 0.0) - before.get(name, 0.0)
+            for name in ("workers", "scheduler", "nannies")}
     used["driver"] = cpu_seconds(me) - driver
     return {"wall": wall, "inputs/s": sum(t.stop - t.start for t in tasks) / wall,
             "in tasks": busy / (pool.cores * wall), "between": between / (pool.cores * wall),
@@ -230,39 +297,45 @@ def median_row(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {key: statistics.median(r[key] for r in rounds) for key in rounds[0]}
 
 
-def report(args: argparse.Namespace, results: dict[tuple[int, int], list[dict[str, float]]],
+Key = tuple[str, int, int]  # (pool kind, shard size, C)
+
+
+def report(args: argparse.Namespace, results: dict[Key, list[dict[str, float]]],
            threads: dict[int, dict[str, object]]) -> None:
-    """The table: one line per (shard size, C), medians over the counted rounds."""
+    """The table: one line per (pool kind, shard size, C), medians over the counted rounds."""
     loads = [r["load"] for rounds in results.values() for r in rounds]
     print(f"T = {args.t}, {LAYERS} layers, {args.tasks_per_worker} tasks per worker process a "
           f"round, medians of {args.rounds} rounds after a warm-up; {os.cpu_count()} cores, "
           f"load average {min(loads):.1f}-{max(loads):.1f} at the rounds' starts"
-          f"{'; workers without the thread variables' if args.bare_env else ''}")
+          f"{'; Dask workers without the thread variables' if args.bare_env else ''}")
     for c, info in threads.items():
-        print(f"  C = {c} workers: {info}")
-    header = (f"{'shard':>5} {'C':>3} {'inputs/s':>9} {'x C=1':>6} {'in tasks':>8} "
-              f"{'between':>8} {'ramp':>6} {'s/task':>7} {'driver':>13} {'scheduler':>13} "
-              f"{'nannies':>13}")
-    print(header)
-    for (size, c), rounds in results.items():
-        one = results[(size, 1)]
+        print(f"  C = {c} Dask workers: {info}")
+    print(f"{'pool':<5} {'shard':>5} {'C':>3} {'inputs/s':>9} {'x C=1':>6} {'in tasks':>8} "
+          f"{'between':>8} {'ramp':>6} {'s/task':>7} {'driver':>13} {'scheduler':>13} "
+          f"{'nannies':>13}")
+    for (kind, size, c), rounds in results.items():
+        one = results[(kind, size, 1)]
         ratios = [r["inputs/s"] / o["inputs/s"] for r, o in zip(rounds, one, strict=True)]
         row = median_row(rounds)
         total = sum(row[k] for k in row if k.startswith("cpu "))
 
-        def share(name: str, row: dict[str, float] = row, total: float = total) -> str:
+        def share(name: str, row: dict[str, float] = row, total: float = total,
+                  kind: str = kind) -> str:
             cpu = row[f"cpu {name}"]
+            if kind == "bare" and name != "driver":
+                return "-"
             return f"{cpu / row['wall']:5.1%}c {cpu / total:5.1%}"
 
-        print(f"{size:>5} {c:>3} {row['inputs/s']:>9.1f} {statistics.median(ratios):>6.2f} "
-              f"{row['in tasks']:>8.1%} {row['between']:>8.1%} {row['ramp']:>6.1%} "
-              f"{row['s/task']:>7.3f} {share('driver'):>13} {share('scheduler'):>13} "
-              f"{share('nannies'):>13}")
-    print("in tasks / between / ramp: shares of the pool's C x wall core-seconds; driver, "
-          "scheduler, nannies: CPU-s / wall (c: of one core), then share of all the CPU the "
-          "round used (workers included)")
-    for (size, c), rounds in results.items():
-        print(f"  shard {size}, C = {c}: inputs/s per round "
+        print(f"{kind:<5} {size:>5} {c:>3} {row['inputs/s']:>9.1f} "
+              f"{statistics.median(ratios):>6.2f} {row['in tasks']:>8.1%} {row['between']:>8.1%} "
+              f"{row['ramp']:>6.1%} {row['s/task']:>7.3f} {share('driver'):>13} "
+              f"{share('scheduler'):>13} {share('nannies'):>13}")
+    print("x C=1: median over rounds of the ratio to the same kind's C = 1 in that round; in "
+          "tasks / between / ramp: shares of the pool's C x wall core-seconds; driver, "
+          "scheduler, nannies: CPU-s / wall (c: of one core), then their share of all the CPU "
+          "the round used (its worker processes' included); bare: C processes with no Dask")
+    for (kind, size, c), rounds in results.items():
+        print(f"  {kind} shard {size}, C = {c}: inputs/s per round "
               + ", ".join(f"{r['inputs/s']:.1f} (load {r['load']:.1f})" for r in rounds))
 
 
@@ -319,6 +392,8 @@ def main() -> None:
     parser.add_argument("--cores", default="2", help="C values beside 1, e.g. 2,16")
     parser.add_argument("--bare-env", action="store_true",
                         help="workers without the thread variables (NUMBA_NUM_THREADS ...)")
+    parser.add_argument("--no-bare", action="store_true",
+                        help="leave out the bare pools (C processes running the tasks, no Dask)")
     parser.add_argument("--memory", default=None, help="T values, e.g. 197,577,1370: peak RSS")
     args = parser.parse_args()
     if args.memory:
@@ -332,29 +407,35 @@ def main() -> None:
         return
     cores = [1, *(int(c) for c in args.cores.split(",") if int(c) > 1)]
     sizes = [int(s) for s in args.shard_size.split(",")]
-    results: dict[tuple[int, int], list[dict[str, float]]] = {
-        (size, c): [] for size in sizes for c in cores}
+    kinds = ["dask"] if args.no_bare else ["dask", "bare"]
+    results: dict[Key, list[dict[str, float]]] = {
+        (kind, size, c): [] for kind in kinds for size in sizes for c in cores}
+    os.environ.update({name: "1" for name in THREAD_VARIABLES})  # the bare pools inherit them
     with tempfile.TemporaryDirectory() as folder:
         stores = {size: write_store(Path(folder) / f"s{size}.zarr", args.t,
                                     max(cores) * args.tasks_per_worker * size, size)
                   for size in sizes}
-        pools: dict[int, Pool] = {}
+        pools: dict[tuple[str, int], Pool | BarePool] = {}
         try:
             for c in cores:
-                pools[c] = Pool.start(c, Path(folder), bare=args.bare_env)
-                pools[c].pause()
+                pools[("dask", c)] = Pool.start(c, Path(folder), bare=args.bare_env)
+                pools[("dask", c)].pause()
+                if "bare" in kinds:
+                    pools[("bare", c)] = BarePool(c)
+                    pools[("bare", c)].pause()
             threads = {}
             for rnd in range(args.rounds + 1):
-                for c in cores if rnd % 2 == 0 else cores[::-1]:
-                    pool = pools[c]
+                order = [(kind, c) for c in cores for kind in kinds]
+                for kind, c in order if rnd % 2 == 0 else order[::-1]:
+                    pool = pools[(kind, c)]
                     pool.resume()
-                    if c not in threads:
+                    if kind == "dask" and c not in threads:
                         threads[c] = next(iter(pool.client.run(worker_threads).values()))
                     for size in sizes:
                         tasks = stores[size][:c * args.tasks_per_worker]
                         row = run_round(pool, tasks, f"{size}-{rnd}")
                         if rnd:
-                            results[(size, c)].append(row)
+                            results[(kind, size, c)].append(row)
                     pool.pause()
         finally:
             for pool in pools.values():
