@@ -12,7 +12,8 @@ function, named by its path: `sweep.driver.on_worker.run_on_worker`, or before i
 `sweep.driver.graph._run`), over one shard of `benchmarks/stage_vs_tree.py`'s attention-like
 data (T = `--t`, 12 layers, 8 inputs). Printed per tree, medians over the rounds after a
 warm-up round (numba's cache): seconds from the worker's start until the scheduler knows it, until
-its first task's result (the task modules' imports included), and the second task alone; the
+its first task's result (the task modules' imports included; and the CPU-seconds the worker
+process spent until then, which a loaded machine changes less), and the second task alone; the
 worker process's RSS once it joined, after its first task and after its second; whether torch
 was in its `sys.modules`.
 """
@@ -49,11 +50,13 @@ def worker_function(tree: Path) -> str:
     return "sweep.driver.graph._run"
 
 
-def worker_state() -> tuple[float, bool]:
-    """On the worker: its RSS in MiB and whether it imported torch."""
+def worker_state() -> tuple[float, bool, float]:
+    """On the worker: its RSS in MiB, whether it imported torch, its CPU-seconds so far."""
     import psutil
 
-    return psutil.Process().memory_info().rss / 2**20, "torch" in sys.modules
+    process = psutil.Process()
+    cpu = process.cpu_times()
+    return process.memory_info().rss / 2**20, "torch" in sys.modules, cpu.user + cpu.system
 
 
 def one_worker(client: Client, address: str, tree: Path, task: object, tag: str,
@@ -68,15 +71,15 @@ def one_worker(client: Client, address: str, tree: Path, task: object, tag: str,
     try:
         client.wait_for_workers(1, timeout=300)
         joined = time.perf_counter() - start
-        (rss_joined, _), = client.run(worker_state).values()
+        (rss_joined, _, _), = client.run(worker_state).values()
         function = worker_function(tree)
         client.submit(call, function, task, key=f"{tag}-1", pure=False).result()
         first = time.perf_counter() - start
-        (rss_first, torch), = client.run(worker_state).values()
+        (rss_first, torch, cpu_first), = client.run(worker_state).values()
         again = time.perf_counter()
         client.submit(call, function, task, key=f"{tag}-2", pure=False).result()
         second = time.perf_counter() - again
-        (rss_second, _), = client.run(worker_state).values()
+        (rss_second, _, _), = client.run(worker_state).values()
     finally:
         worker.terminate()
         worker.wait(60)
@@ -84,6 +87,7 @@ def one_worker(client: Client, address: str, tree: Path, task: object, tag: str,
         while client.scheduler_info()["workers"] and time.monotonic() < deadline:
             time.sleep(0.1)
     return {"joined s": joined, "first task s": first, "second task s": second,
+            "first task cpu": cpu_first,
             "RSS joined": rss_joined, "RSS first": rss_first, "RSS second": rss_second,
             "torch": float(torch)}
 
@@ -119,7 +123,8 @@ def main() -> None:
     for tree, measured in rows.items():
         med = {key: statistics.median(r[key] for r in measured) for key in measured[0]}
         print(f"  {tree}: joined {med['joined s']:.2f} s, first task done {med['first task s']:.2f}"
-              f" s, second task {med['second task s']:.2f} s; RSS {med['RSS joined']:.0f} MiB "
+              f" s ({med['first task cpu']:.2f} CPU-s in the worker process), second task "
+              f"{med['second task s']:.2f} s; RSS {med['RSS joined']:.0f} MiB "
               f"joined, {med['RSS first']:.0f} after the first task, {med['RSS second']:.0f} after "
               f"the second; torch imported: {bool(med['torch'])}")
         print("    per round: " + "; ".join(
