@@ -1,39 +1,44 @@
 """Test-stage throughput of a CPU pool of C single-threaded worker processes against one, in one
 run (C = 1 and C = 2 by default, round by round in turn), and where each pool's time goes:
 inside the tasks, between them, before the first and after the last, in the driver, the
-scheduler and the nannies.
+scheduler and the nannies; beside each, C bare processes doing the same work without Dask.
 
     PYTHONPATH=. python benchmarks/pool_bench.py [--cores 2] [--t 197] [--shard-size 32]
-        [--inputs 128] [--rounds 8]
-    PYTHONPATH=. python benchmarks/pool_bench.py --cores 2,16 --inputs 1024 --rounds 4  # 16 cores
+        [--tasks-per-worker 4] [--rounds 8] [--bare-env] [--no-bare]
+    PYTHONPATH=. python benchmarks/pool_bench.py --cores 2,16 --rounds 4   # on 16 cores
     PYTHONPATH=. python benchmarks/pool_bench.py --memory 197,577,1370
 
-Each pool is started as cluster.yaml tells a user to start one (`kind: address`; a SLURM CPU
-job runs the same command): a scheduler process (`dask scheduler`) and `dask worker ADDRESS
---nworkers C --nthreads 1 --resources CPU=1` with the thread variables at 1 (one process: C
-nannies, each with its worker process). All pools start first; then round by round, pool after
-pool (the order turned each round), the driver (this process) submits one test task per shard
+Each Dask pool is started as cluster.yaml tells a user to start one (`kind: address`; a SLURM
+CPU job runs the same command): a scheduler process (`dask scheduler`) and `dask worker ADDRESS
+--nworkers C --nthreads 1 --resources CPU=1` with the thread variables at 1 (`--bare-env`:
+without them); one process holds its C nannies, each with its worker process. Each bare pool is
+C spawned processes (multiprocessing) that run the test task's body (`run_test`) as they free
+up: what this machine gives C processes doing this work, the ceiling of a pool. All pools start
+first and stay stopped (SIGSTOP) while another runs; then round by round, pool after pool (the
+order turned each round), the driver (this process) submits C x `--tasks-per-worker` test tasks
 as a sweep does (`sweep.driver.on_worker.run_on_worker`: read, restriction, check, radius,
-rollout, results, marker) and gathers them. A store in a temporary folder holds `--inputs`
-inputs of `benchmarks/stage_vs_tree.py`'s attention-like data (`shard(T)`, 12 layers), in
-shards of `--shard-size` (`--shard-size 8,32`: one store per size, every pool runs each). The
-first round warms up (numba's cache, scratch buffers) and is not counted.
+rollout, results, marker) and gathers them. A store in a temporary folder per shard size holds
+the largest round's inputs of `benchmarks/stage_vs_tree.py`'s attention-like data (`shard(T)`,
+12 layers), in shards of `--shard-size` (`8,32`: every pool runs each). The first round warms up
+(numba's cache, scratch buffers) and is not counted.
 
-Per pool and shard size, the median over the rounds of: inputs/s; its ratio to C = 1 in the
-same round (the rounds of C = 1 and C next to each other in time, so a change of the machine's
-load falls on both); and the pool's core-seconds (C x wall) split into `in tasks` (compute time
-of the tasks, from the scheduler's task stream), `between` (a worker's gaps between its tasks:
-the scheduler's dispatch, the result's way back), `ramp` (before a worker's first task and after
-its last: the round's start-up and its tail); the compute seconds per task (the same work at
-every C: it grows when C processes contend for memory bandwidth, caches or a loaded machine);
-and the CPU of the driver, the scheduler and the nannies as a share of one core (CPU-s / wall)
-and of all the CPU the run used. The load average is printed per round: on a shared machine a
-C-process pool cannot reach C x one process.
+Per pool and shard size, the median over the rounds of: inputs/s; its ratio to the same kind's
+C = 1 in the same round (rounds of C = 1 and C next to each other in time, so a change of the
+machine's load falls on both); the pool's core-seconds (C x wall) split into `in tasks` (compute
+time of the tasks: the scheduler's task stream, or the bare processes' own clocks), `between`
+(a worker's gaps between its tasks: dispatch and the result's way back) and `ramp` (before a
+worker's first task and after its last: the round's start and its tail); compute seconds and the
+worker processes' CPU-seconds per task (the same work at every C: they grow when C processes
+contend for memory bandwidth and caches, or share their cores with other load); the CPU of the
+driver, the scheduler and the nannies as a share of one core and of all the CPU the round used.
+The load average is printed per round: on a shared machine a pool cannot reach C x one process.
 
-`--memory`: instead, for each T, a fresh single-threaded process (this tree) imports what a test
-worker imports, runs a warm-up test task at T = 8 (numba's kernels loaded), then one test task
-over a shard of `shard(T)` (written beforehand, by another process); printed: the resident set
-after the imports, after the warm-up, and the peak during the task (`VmHWM`, reset before it).
+`--memory`: instead, for each T, fresh single-threaded processes (this tree) import what a test
+worker imports, run a warm-up test task at T = 8 (numba's kernels loaded), then one test task
+over a shard of `shard(T)` (written beforehand, by another process), or in another such process
+50 uniform null trials at n = T; printed: the resident set after the imports, after the warm-up,
+and the peak during the task or the trials (`VmHWM`, reset before it: `ru_maxrss` would carry
+the parent's peak across exec).
 """
 
 from __future__ import annotations
@@ -290,6 +295,7 @@ def run_round(pool: Pool | BarePool, tasks: list[TestTask], tag: str) -> dict[st
     return {"wall": wall, "inputs/s": sum(t.stop - t.start for t in tasks) / wall,
             "in tasks": busy / (pool.cores * wall), "between": between / (pool.cores * wall),
             "ramp": ramp / (pool.cores * wall), "s/task": busy / len(tasks),
+            "cpu/task": used["workers"] / len(tasks),
             **{f"cpu {name}": value for name, value in used.items()}, "load": load}
 
 
@@ -311,7 +317,8 @@ def report(args: argparse.Namespace, results: dict[Key, list[dict[str, float]]],
     for c, info in threads.items():
         print(f"  C = {c} Dask workers: {info}")
     print(f"{'pool':<5} {'shard':>5} {'C':>3} {'inputs/s':>9} {'x C=1':>6} {'in tasks':>8} "
-          f"{'between':>8} {'ramp':>6} {'s/task':>7} {'driver':>13} {'scheduler':>13} "
+          f"{'between':>8} {'ramp':>6} {'s/task':>7} {'cpu/task':>8} {'driver':>13} "
+          f"{'scheduler':>13} "
           f"{'nannies':>13}")
     for (kind, size, c), rounds in results.items():
         one = results[(kind, size, 1)]
@@ -328,10 +335,12 @@ def report(args: argparse.Namespace, results: dict[Key, list[dict[str, float]]],
 
         print(f"{kind:<5} {size:>5} {c:>3} {row['inputs/s']:>9.1f} "
               f"{statistics.median(ratios):>6.2f} {row['in tasks']:>8.1%} {row['between']:>8.1%} "
-              f"{row['ramp']:>6.1%} {row['s/task']:>7.3f} {share('driver'):>13} "
+              f"{row['ramp']:>6.1%} {row['s/task']:>7.3f} {row['cpu/task']:>8.3f} "
+              f"{share('driver'):>13} "
               f"{share('scheduler'):>13} {share('nannies'):>13}")
     print("x C=1: median over rounds of the ratio to the same kind's C = 1 in that round; in "
-          "tasks / between / ramp: shares of the pool's C x wall core-seconds; driver, "
+          "tasks / between / ramp: shares of the pool's C x wall core-seconds; s/task: compute "
+          "wall per task; cpu/task: the worker processes' CPU-s per task; driver, "
           "scheduler, nannies: CPU-s / wall (c: of one core), then their share of all the CPU "
           "the round used (its worker processes' included); bare: C processes with no Dask")
     for (kind, size, c), rounds in results.items():
