@@ -100,6 +100,17 @@ def test_an_existing_cluster_is_told_what_to_give_its_workers():
     lines = memory_lines(cfg, models())
     assert any("--memory-limit at least" in line for line in lines)
     assert not any(line.startswith("WARNING") for line in lines)
+    assert memory_data(cfg, models())["test workers"]["needs"]["tests"]["model"] == "dino-518"
+
+
+def test_verbose_lines_name_each_figure_and_its_source():
+    cfg = load_cluster_config(REPO / "cluster.yaml")
+    lines = "\n".join(memory_lines(cfg, models(), figures=True))
+    for name, figure in MEMORY.items():
+        assert f"{name} = {figure.value:g} {figure.unit}" in lines
+        assert figure.measured in lines
+    assert "EXTRACT_COPIES = 3 host copies" in lines and "(ESTIMATE)" in lines
+    assert "(ESTIMATE)" not in "\n".join(memory_lines(cfg, models()))
 
 
 def test_sweep_plan_with_a_cluster_shows_memory_per_worker_process(tmp_path, capsys,

@@ -39,12 +39,19 @@ FLOAT32, FLOAT64 = 4, 8
 
 @dataclass(frozen=True)
 class Figure:
-    """A measured (or `estimate`) figure: its value, unit and how it was measured."""
+    """A figure the memory lines rest on: its value in `unit` and the command and run that
+    measured it (`estimate`: counted from the code, not measured); `sweep plan --cluster
+    --verbose` prints each with its source."""
 
     value: float
     unit: str
     measured: str
     estimate: bool = False
+
+    def lines(self, name: str) -> list[str]:
+        """'  TEST_WORKER = 217 MiB resident ...' and '      [how it was measured]'."""
+        mark = " (ESTIMATE)" if self.estimate else ""
+        return [f"  {name} = {self.value:g} {self.unit}{mark}", f"      [{self.measured}]"]
 
 
 MEMORY: dict[str, Figure] = {
@@ -164,6 +171,12 @@ def _given(cfg: ClusterConfig, name: str, shape: PoolShape,
             f"local.memory_limit auto: {size_text(MEMORY_LIMIT)} / {total} processes")
 
 
+ADDRESS_POOLS = [PoolMemory("test workers", None, "yours: dask worker --memory-limit", 1, False),
+                 PoolMemory("extraction workers", None, "yours: dask worker --memory-limit", 0,
+                            True)]
+"""`kind: address`: the workers are started by hand; what each side needs is said."""
+
+
 @dataclass(frozen=True)
 class Need:
     """One side's largest need per worker process of a pool, and the model that sets it."""
@@ -198,10 +211,7 @@ def memory_data(cfg: ClusterConfig, models: list[SizedModel]) -> dict[str, objec
     """Per pool: bytes given per worker process and how, and per side it runs the bytes needed,
     the model that sets them and whether the pool gives less (`short`); for `address` (pools
     unknown), the needs of a test worker and of an extraction worker."""
-    pools = pool_memory(cfg)
-    if pools is None:
-        pools = [PoolMemory("test workers", None, "yours (--memory-limit)", 1, False),
-                 PoolMemory("extraction workers", None, "yours (--memory-limit)", 0, True)]
+    pools = pool_memory(cfg) or ADDRESS_POOLS
     return {pool.name: {
         "given_bytes": pool.given, "given_by": pool.source,
         "needs": {need.side: {"bytes": need.bytes, "model": need.model,
@@ -210,15 +220,15 @@ def memory_data(cfg: ClusterConfig, models: list[SizedModel]) -> dict[str, objec
                   for need in pool_needs(pool, models)}} for pool in pools}
 
 
-def memory_lines(cfg: ClusterConfig, models: list[SizedModel]) -> list[str]:
+def memory_lines(cfg: ClusterConfig, models: list[SizedModel], figures: bool = False) -> list[str]:
     """`sweep plan --cluster`'s lines: per pool, memory per worker process given and needed
-    (from MEMORY), and a WARNING line for each pool that gives less."""
+    (from MEMORY), a WARNING line for each pool that gives less, and (`figures`) the figures
+    with their sources."""
     lines = ["memory per worker process (from measured figures: sweep/clusters/memory.py "
              "MEMORY; a model's weights not counted):"]
     pools = pool_memory(cfg)
     if pools is None:
-        pools = [PoolMemory("test workers", None, "", 1, False),
-                 PoolMemory("extraction workers", None, "", 0, True)]
+        pools = ADDRESS_POOLS
         lines.append("  kind: address: start each worker with --memory-limit at least:")
     warnings = []
     for pool in pools:
@@ -238,4 +248,8 @@ def memory_lines(cfg: ClusterConfig, models: list[SizedModel]) -> list[str]:
                     f"{size_text(pool.given)}, {short} MiB less than its {need.side} of "
                     f"{need.model} need ({size_text(need.bytes)}{mark}): raise its memory "
                     f"or run fewer processes in it")
-    return lines + warnings
+    lines += warnings
+    if figures:
+        lines.append("memory figures (value, unit, where measured; ESTIMATE: not measured):")
+        lines += [line for name, figure in MEMORY.items() for line in figure.lines(name)]
+    return lines

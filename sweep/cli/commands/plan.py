@@ -271,7 +271,7 @@ def plan(args: argparse.Namespace) -> int:
         print()
         print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))
         print("\n".join(["", *balance_lines(sweep_plan, pools, constants=args.verbose)]))
-        print("\n".join(["", *memory_lines(cluster, sweep_plan.models)]))
+        print("\n".join(["", *memory_lines(cluster, sweep_plan.models, args.verbose)]))
     return 0
 
 
