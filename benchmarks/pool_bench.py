@@ -47,6 +47,7 @@ import argparse
 import json
 import multiprocessing
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -405,6 +406,7 @@ def main() -> None:
                         help="leave out the bare pools (C processes running the tasks, no Dask)")
     parser.add_argument("--memory", default=None, help="T values, e.g. 197,577,1370: peak RSS")
     args = parser.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # stopped pools are closed on exit
     if args.memory:
         for t in (int(v) for v in args.memory.split(",")):
             mib = peak_rss(t)
