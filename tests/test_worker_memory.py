@@ -14,10 +14,12 @@ from sweep.clusters.config import load_cluster_config
 from sweep.clusters.memory import (
     MEMORY,
     MIB,
+    extraction_bytes,
     memory_data,
     memory_lines,
     peak_of_a_test_task,
     pool_memory,
+    weight_bytes,
 )
 from sweep.config.load import parse_config
 from sweep.driver import runner
@@ -49,7 +51,8 @@ def slurm(cpu_memory: str):
 def test_every_figure_says_how_it_was_measured():
     for name, figure in MEMORY.items():
         assert figure.value > 0 and figure.unit and figure.measured, name
-    assert [name for name, figure in MEMORY.items() if figure.estimate] == ["EXTRACT_COPIES"]
+    assert [name for name, f in MEMORY.items() if f.estimate] == ["EXTRACT_COPIES",
+                                                                   "BLOCK_PARAMS"]
 
 
 def test_a_test_task_holds_one_read_block_and_float64_stacks_at_t_max():
@@ -64,6 +67,19 @@ def test_a_test_task_holds_one_read_block_and_float64_stacks_at_t_max():
     each = replace(models(shard_size=4)[0], n_heads=12)  # heads: each; the heads are tested
     assert READ_BLOCK_BYTES // (12 * per_input) == 3  # one at a time, read three inputs a block
     assert peak_of_a_test_task(each) == int(3 * 12 * per_input + stacks * 12 * 197**2 * 8)
+
+
+def test_an_extraction_needs_its_imports_batch_and_weights_where_the_width_is_known():
+    vit = models()[0]
+    imports = MEMORY["EXTRACT_IMPORTS"].value * MIB
+    batch = MEMORY["EXTRACT_COPIES"].value * vit.batch_size * 12 * 197**2 * 4
+    assert weight_bytes(vit) is None and extraction_bytes(vit) == int(imports + batch)
+    vit_b = replace(vit, width=768)
+    assert weight_bytes(vit_b) == 12 * 12 * 768**2 * 4  # 85M parameters (ViT-B/16: 86.6M)
+    assert weight_bytes(replace(vit_b, dtype="bfloat16")) == 12 * 12 * 768**2 * 2
+    assert extraction_bytes(vit_b) == int(imports + batch + weight_bytes(vit_b))
+    (line,) = [line for line in memory_lines(slurm("32GB"), [vit_b]) if "extraction:" in line]
+    assert "324 MiB of weights (width 768, float32)" in line and "(estimate)" in line
 
 
 def test_each_kind_gives_its_pools_memory_per_worker_process():

@@ -13,7 +13,9 @@ Pure: the cluster config and the plan's models in, numbers and lines out. A work
 - extraction side (a pool carrying `GPU`): EXTRACT_IMPORTS of its family (torch and the
   family's library, a tiny model built), plus EXTRACT_COPIES host copies of one batch's
   attention (float32, every stored head, T_max; an estimate from the code), plus the model's
-  weights, which the plan does not know (it builds no model): shown, never added.
+  weights where the plan knows its width (`ModelPlan.width`): BLOCK_PARAMS x layers x width^2
+  parameters at the extraction dtype's bytes (an estimate: embeddings not counted); where it
+  does not, the weights are named, not added.
 
 Each figure was measured as its `measured` says (benchmarks/README.md, "Memory per worker
 process"); rerun that on the target machine to replace it.
@@ -85,6 +87,15 @@ MEMORY: dict[str, Figure] = {
         "counted in workers/tasks/extract.py and workers/models/extraction.py (not measured)",
         estimate=True,
     ),
+    "BLOCK_PARAMS": Figure(
+        12, "parameters per layer per width^2: a transformer block's attention (4 d^2) and MLP "
+        "(8 d^2), embeddings not counted",
+        "counted against whole models (built on torch's meta device, or a safetensors file's "
+        "shapes): ViT-B/16 86.6M parameters (12 x 12 x 768^2 = 84.9M), ViT-L/16 304.3M "
+        "(302.0M), all-MiniLM-L6-v2 22.7M (10.6M: its 11.7M word embeddings not counted); "
+        "2026-12-06",
+        estimate=True,
+    ),
 }
 
 
@@ -106,6 +117,8 @@ class SizedModel(Protocol):
     t_max: int
     shard_size: int
     batch_size: int
+    dtype: str
+    width: int | None
 
     @property
     def input_bytes(self) -> int: ...
@@ -119,11 +132,21 @@ def peak_of_a_test_task(model: SizedModel) -> int:
     return int(block + _v("TEST_STACKS") * model.n_layers * model.t_max**2 * FLOAT64)
 
 
+def weight_bytes(model: SizedModel) -> int | None:
+    """The model's weights at its extraction dtype, from its width (an estimate); None when the
+    plan does not know the width."""
+    if model.width is None:
+        return None
+    itemsize = FLOAT32 if model.dtype == "float32" else FLOAT32 // 2
+    return int(_v("BLOCK_PARAMS") * model.n_layers * model.width**2 * itemsize)
+
+
 def extraction_bytes(model: SizedModel) -> int:
-    """Bytes an extraction worker holds for `model` beside its weights: imports and one batch's
-    attention copies (an estimate)."""
+    """Bytes an extraction worker holds for `model` (an estimate): imports, one batch's
+    attention copies and the weights when the width is known."""
     batch = model.batch_size * model.input_bytes
-    return int(_v("EXTRACT_IMPORTS") * MIB + _v("EXTRACT_COPIES") * batch)
+    return int(_v("EXTRACT_IMPORTS") * MIB + _v("EXTRACT_COPIES") * batch
+               + (weight_bytes(model) or 0))
 
 
 @dataclass(frozen=True)
@@ -201,9 +224,12 @@ def pool_needs(pool: PoolMemory, models: Iterable[SizedModel]) -> list[Need]:
                           f"{worst.n_layers} layers"))
     if pool.extracts and models:
         worst = max(models, key=extraction_bytes)
+        weights = weight_bytes(worst)
+        held = (f"{size_text(weights)} of weights (width {worst.width}, {worst.dtype})"
+                if weights is not None else "+ the model's weights (width unknown)")
         needs.append(Need("extraction", extraction_bytes(worst), worst.name,
                           f"torch and its family, batch {worst.batch_size} at T = "
-                          f"{worst.t_max}; + the model's weights", estimate=True))
+                          f"{worst.t_max}, {held}", estimate=True))
     return needs
 
 
@@ -224,8 +250,8 @@ def memory_lines(cfg: ClusterConfig, models: list[SizedModel], figures: bool = F
     """`sweep plan --cluster`'s lines: per pool, memory per worker process given and needed
     (from MEMORY), a WARNING line for each pool that gives less, and (`figures`) the figures
     with their sources."""
-    lines = ["memory per worker process (from measured figures: sweep/clusters/memory.py "
-             "MEMORY; a model's weights not counted):"]
+    lines = ["memory per worker process (from measured figures and estimates: "
+             "sweep/clusters/memory.py MEMORY):"]
     pools = pool_memory(cfg)
     if pools is None:
         pools = ADDRESS_POOLS
