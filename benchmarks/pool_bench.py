@@ -278,8 +278,7 @@ class BarePool:
 
 def run_round(pool: Pool | BarePool, tasks: list[TestTask], tag: str) -> dict[str, float]:
     """Run every task once on `pool`; the round's wall time and how its time was spent."""
-    me = psutil.Process()
-    before, driver, load = pool.cpu(), cpu_seconds(me), os.getloadavg()[0]
+    before, driver, load = pool.cpu(), time.process_time(), os.getloadavg()[0]
     start, end, spans_of = pool.execute(tasks, tag)
     after = pool.cpu()
     wall = end - start
@@ -292,7 +291,7 @@ def run_round(pool: Pool | BarePool, tasks: list[TestTask], tag: str) -> dict[st
     ramp = pool.cores * wall - busy - between  # idle workers and the edges of each worker's run
     used = {name: after.get(name, 0.0) - before.get(name, 0.0)
             for name in ("workers", "scheduler", "nannies")}
-    used["driver"] = cpu_seconds(me) - driver
+    used["driver"] = time.process_time() - driver  # this process, every thread of it
     return {"wall": wall, "inputs/s": sum(t.stop - t.start for t in tasks) / wall,
             "in tasks": busy / (pool.cores * wall), "between": between / (pool.cores * wall),
             "ramp": ramp / (pool.cores * wall), "s/task": busy / len(tasks),
