@@ -3,7 +3,10 @@
 - worker start: `open_client` on the default local cluster until its workers answer
   (processes spawned, `sweep` and its task modules imported in each worker);
 - model load: one model built in a fresh process, as a worker's first extraction of that model
-  does (torch/transformers imports included), for each source named.
+  does (torch/transformers imports included), for each source named, with the process's
+  resident set then (a tiny preset's: torch and its family's imports; `sweep plan --cluster`'s
+  extraction memory, `sweep.clusters.memory`); and the resident set of a fresh process that
+  imported the extraction side alone (`workers.tasks.extract`: torch).
 
 Usage: python benchmarks/fixed_costs.py [SOURCE ...] (default: the default sweep's models that
 load without training: minilm-l6 tiny-roberta tiny-deit-distilled); prints one line per
@@ -31,7 +34,16 @@ entry = config.models[name]
 spec = resolve_model(entry.source, **entry.options)
 dataset = model_dataset(spec, open_dataset(config.datasets[entry.dataset].to_spec()))
 load_extractor(spec, dataset=dataset, device="cpu")
-print(time.perf_counter() - start)
+seconds = time.perf_counter() - start
+with open("/proc/self/status") as status:
+    rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+print(seconds, rss)
+"""
+
+IMPORTS = """
+import workers.tasks.extract  # torch, the extraction side: what every GPU-pool worker imports
+with open("/proc/self/status") as status:
+    print(next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024)
 """
 
 
@@ -45,9 +57,18 @@ def worker_start() -> float:
         return time.perf_counter() - start
 
 
-def model_load(source: str) -> float:
-    """Seconds a fresh process takes to import the model code and build `source`'s model."""
+def model_load(source: str) -> tuple[float, float]:
+    """Seconds a fresh process takes to import the model code and build `source`'s model, and
+    its resident set (MiB) then."""
     done = subprocess.run([sys.executable, "-c", LOAD, source], capture_output=True, text=True,
+                          check=True)
+    seconds, rss = done.stdout.strip().splitlines()[-1].split()
+    return float(seconds), float(rss)
+
+
+def extraction_imports() -> float:
+    """MiB resident in a fresh process once it imported the extraction side (torch)."""
+    done = subprocess.run([sys.executable, "-c", IMPORTS], capture_output=True, text=True,
                           check=True)
     return float(done.stdout.strip().splitlines()[-1])
 
@@ -56,10 +77,13 @@ def main() -> None:
     sources = sys.argv[1:] or ["minilm-l6", "tiny-roberta", "tiny-deit-distilled"]
     start = worker_start()
     print(f"worker start (default local cluster): {start:.1f} s")
+    print(f"a fresh process after importing workers.tasks.extract (torch): "
+          f"{extraction_imports():.0f} MiB")
     loads = []
     for source in sources:
-        loads.append(model_load(source))
-        print(f"model load {source}: {loads[-1]:.1f} s")
+        seconds, rss = model_load(source)
+        loads.append(seconds)
+        print(f"model load {source}: {seconds:.1f} s, {rss:.0f} MiB resident after it")
     print(f"mean model load: {sum(loads) / len(loads):.1f} s")
 
 

@@ -16,7 +16,7 @@ load models once through `workers.tasks`' per-process cache; a worker imports on
 from __future__ import annotations
 
 import contextlib
-from collections import deque
+import heapq
 
 from distributed import Client, Future, as_completed
 
@@ -46,7 +46,13 @@ def task_slots(client: Client) -> int:
 
 class Submitter:
     """Submits a plan's tasks; a bounded model's extraction (and what depends on it) waits
-    until fewer than `in_flight` of its model's extracted shards are untested."""
+    until fewer than `in_flight` of its model's extracted shards are untested.
+
+    Each call submits, in plan order, every held task whose dependencies are all submitted and,
+    for a bounded extraction, whose model has room in its window. The held tasks are indexed
+    (what each waits for, which extractions wait for room), so a call costs what it submits,
+    not what is held: a sweep's driver otherwise spends O(tasks) on every finished task
+    (benchmarks/README.md, "The driver's submission loop")."""
 
     def __init__(self, client: Client, plan: SweepPlan, tasks: list[Task], retries: int,
                  in_flight: int) -> None:
@@ -54,36 +60,49 @@ class Submitter:
         self.futures: dict[str, Future] = {}
         self.bounded = bounded_models(plan)
         self.flying: dict[str, set[str]] = {name: set() for name in self.bounded}  # test keys
-        self.held: deque[Task] = deque(tasks)
         self.pending_keys = {t.key for t in tasks}
-
-    def _ready(self, task: Task) -> bool:
-        deps = [k for k in self.plan.depends_on(task) if k in self.pending_keys]
-        if any(k not in self.futures for k in deps):
-            return False
-        if isinstance(task, ExtractTask) and task.model in self.bounded:
-            return len(self.flying[task.model]) < self.in_flight
-        return True
+        self._tasks = tasks  # plan order: a task's place is its index here
+        self._missing: list[int] = []  # per task: its dependencies not submitted yet
+        self._dependents: dict[str, list[int]] = {}  # key -> tasks waiting for its submission
+        self._ready: list[int] = []  # heap: tasks whose dependencies are all submitted
+        self._room: dict[str, list[int]] = {name: [] for name in self.bounded}  # heaps:
+        # bounded extractions ready but for their model's window
+        for index, task in enumerate(tasks):
+            deps = [k for k in plan.depends_on(task) if k in self.pending_keys]
+            self._missing.append(len(deps))
+            for key in deps:
+                self._dependents.setdefault(key, []).append(index)
+            if not deps:
+                self._ready.append(index)  # increasing: already a heap
 
     def submit_ready(self) -> list[Future]:
         """Submit every held task now allowed, in plan order; returns the new futures."""
-        new, still = [], deque()
-        while self.held:
-            task = self.held.popleft()
-            if not self._ready(task):
-                still.append(task)
-                continue
-            after = tuple(self.futures[k] for k in self.plan.depends_on(task)
-                          if k in self.futures)
-            future = self.client.submit(
-                run_on_worker, task, *after, key=task.key, resources=task.resources,
-                retries=self.retries, pure=False, priority=PRIORITY.get(task.stage, 0))
-            self.futures[task.key] = future
-            new.append(future)
+        for model, waiting in self._room.items():  # as many as the window now has room for
+            for _ in range(min(len(waiting), self.in_flight - len(self.flying[model]))):
+                heapq.heappush(self._ready, heapq.heappop(waiting))
+        new = []
+        while self._ready:
+            place = heapq.heappop(self._ready)
+            task = self._tasks[place]
             if isinstance(task, ExtractTask) and task.model in self.bounded:
+                if len(self.flying[task.model]) >= self.in_flight:
+                    heapq.heappush(self._room[task.model], place)
+                    continue
                 self.flying[task.model].add(test_key(task.model, task.shard))
-        self.held = still
+            new.append(self._submit(task))
+            for index in self._dependents.pop(task.key, ()):
+                self._missing[index] -= 1
+                if not self._missing[index]:
+                    heapq.heappush(self._ready, index)
         return new
+
+    def _submit(self, task: Task) -> Future:
+        after = tuple(self.futures[k] for k in self.plan.depends_on(task) if k in self.futures)
+        future = self.client.submit(
+            run_on_worker, task, *after, key=task.key, resources=task.resources,
+            retries=self.retries, pure=False, priority=PRIORITY.get(task.stage, 0))
+        self.futures[task.key] = future
+        return future
 
     def finished(self, key: str) -> None:
         """A task ended (done or failed): a test frees its shard's place in the window."""

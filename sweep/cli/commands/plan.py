@@ -240,6 +240,7 @@ def plan(args: argparse.Namespace) -> int:
     cluster = None if args.cluster is None else load_cluster_config(args.cluster)  # before work
     text = args.format == "text"
     from sweep.clusters.client import describe_cluster
+    from sweep.clusters.memory import memory_data, memory_lines
     from sweep.driver.balance import balance_lines, cluster_pools, extraction_cores, pace_lines
     from sweep.driver.preflight import check_cluster
     from sweep.driver.runner import check_config, sized_plan
@@ -259,9 +260,10 @@ def plan(args: argparse.Namespace) -> int:
     in_flight = None if pools is None else max(2, pools.extract_slots + pools.cpu_cores)
     if not text:
         cluster_text = None if cluster is None else describe_cluster(cluster)
-        print(json.dumps(plan_json(config, sweep_plan, pools, cluster_text, prices_data,
-                                   cluster),
-                         indent=1, default=str))
+        data = plan_json(config, sweep_plan, pools, cluster_text, prices_data, cluster)
+        if cluster is not None:
+            data["cluster"]["memory"] = memory_data(cluster, sweep_plan.models)
+        print(json.dumps(data, indent=1, default=str))
         return 0
     for line in describe(sweep_plan, in_flight, verbose=args.verbose):
         print(line)
@@ -271,6 +273,7 @@ def plan(args: argparse.Namespace) -> int:
         print(describe_cluster(cluster) if args.verbose else cluster_summary(cluster, pools))
         print("\n".join(["", *balance_lines(sweep_plan, pools, constants=args.verbose)]))
         print("\n".join(["", *pace_lines(sweep_plan, pools, extraction_cores(cluster))]))
+        print("\n".join(["", *memory_lines(cluster, sweep_plan.models, args.verbose)]))
     return 0
 
 
