@@ -24,10 +24,11 @@ from sweep.config.load import load_config
 from sweep.driver.graph import DaskExecutor
 from sweep.driver.runner import InProcessExecutor, gather_facts, run_sweep
 from workers.inputs import open_dataset
-from workers.models import ft_transformer as ft_module
 from workers.models import hf as hf_module
 from workers.models.extraction import load_extractor, model_dataset
 from workers.models.registry import PRESETS, resolve_model
+from workers.models.trained.ft import adapter as ft_module
+from workers.models.trained.ft import training as ft_training
 
 TINY = sorted(name for name in PRESETS if name.startswith("tiny-"))
 DATASET_OF = {"image": "photos", "text": "topics", "tabular": "wine"}
@@ -89,7 +90,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
     for owner, name in [
         (PIL.Image, "open"), (torch, "load"), (safetensors.torch, "load_file"),
         (safetensors.torch, "load"),
-        (safetensors, "safe_open"), (hf_module, "build_model"), (ft_module, "train"),
+        (safetensors, "safe_open"), (hf_module, "build_model"), (ft_training, "train"),
         (ft_module, "ensure_checkpoint"), (workers.tasks, "load_extractor"),
         (workers.tasks, "prepare_model"),
     ]:

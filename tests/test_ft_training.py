@@ -10,10 +10,12 @@ import torch
 from safetensors.torch import load_file
 
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_training, ft_transformer
 from workers.models.extraction import load_extractor, prepare_model
-from workers.models.ft_data import STATS_PREFIX, encode, init_model, table_split
 from workers.models.registry import resolve_model
+from workers.models.trained.ft import adapter as ft_transformer
+from workers.models.trained.ft import training as ft_training
+from workers.models.trained.ft.data import STATS_PREFIX, encode, init_model
+from workers.models.trained.split import table_split
 
 
 def test_early_stopping_keeps_the_lowest_loss_weights_and_counts_patience():
@@ -144,7 +146,7 @@ def test_a_binary_table_trains_two_logits_with_cross_entropy_as_the_recipe_table
     table documents the difference (changing it would retrain every binary FT model)."""
     from pathlib import Path
 
-    from workers.models.ft_data import output_size
+    from workers.models.trained.ft.data import output_size
 
     losses = []
     real = torch.nn.CrossEntropyLoss
@@ -160,7 +162,7 @@ def test_a_binary_table_trains_two_logits_with_cross_entropy_as_the_recipe_table
     model = init_model(spec.options, spec.seed, noisy.table)
     head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
     assert head.out_features == 2  # the output layer: one logit per class
-    record = ft_training.train(spec, noisy.table)[1]
+    record = ft_training.train(spec, noisy.table)[2]
     assert losses and record["hyperparameters"]["loss"] == "cross_entropy"
     recipe = (Path(__file__).parent.parent / "docs" / "ft-transformer.md").read_text()
     row = next(line for line in recipe.splitlines() if line.startswith("| loss and output head"))

@@ -14,8 +14,9 @@ from workers.inputs import DatasetSpec, open_dataset
 from workers.inputs.digests import input_digests
 from workers.models.extraction import load_extractor, model_dataset, prepare_model
 from workers.models.registry import resolve_model
-from workers.models.trained_vit import adapter
-from workers.models.trained_vit.data import init_model
+from workers.models.trained.cache import epoch_key, read_record
+from workers.models.trained.vit import adapter
+from workers.models.trained.vit.data import init_model
 
 TINY = {"depth": 2, "embed_dim": 16, "num_heads": 2, "epochs": 3}
 
@@ -74,14 +75,15 @@ def test_training_is_the_same_on_one_and_on_two_threads(tmp_path, digits):
 def test_an_epoch_asked_for_later_is_trained_again_to_the_same_bits(tmp_path, digits):
     best = spec()
     prepare_model(best, digits, tmp_path)
-    key = adapter.checkpoint_key(best, digits.table)
+    key = adapter.FAMILY.checkpoint_key(best, digits.table)
     before = (tmp_path / key).read_bytes()
-    assert adapter.checkpoint_key(spec(checkpoint=2, keep_epochs=[1, 2]), digits.table) == key
+    assert adapter.FAMILY.checkpoint_key(spec(checkpoint=2, keep_epochs=[1, 2]),
+                                         digits.table) == key
     weights, _ = adapter.ensure_checkpoint(spec(checkpoint=2), digits, tmp_path)
     assert (tmp_path / key).read_bytes() == before  # the same training, the same best weights
-    stored = load((tmp_path / adapter.epoch_key(key, 2)).read_bytes())
+    stored = load((tmp_path / epoch_key(key, 2)).read_bytes())
     assert all(torch.equal(weights[k], stored[k]) for k in stored)
-    record = adapter._read_record(locate(tmp_path), key)
+    record = read_record(locate(tmp_path), key)
     assert record["best_epoch"] in (1, 2, 3) and len(record["history"]["val_loss"]) == 3
 
 

@@ -1,12 +1,12 @@
 """Model + inputs -> per input, per layer, the head-averaged attention over its real tokens
 (or every head's, for a spec whose `heads` option is `each`).
 
-Each family adapter (`workers.models.hf`, `.timm_`, `.ft_transformer`) subclasses `Extractor`:
-it prepares a batch (model inputs, each input's real-token positions and token kinds), installs
-hooks that hand every layer's (batch, heads, query, key) probabilities to a sink, and runs the
-forward pass. The sink averages heads as each layer is produced (`heads: mean`, the default), so
-one layer's (batch, heads, T, T) is the most ever held, or keeps them all (`heads: each`); padding
-masks keys only and is cropped away here.
+Each family adapter (`workers.models.hf`, `.timm_`, `.trained.ft.adapter`,
+`.trained.vit.adapter`) subclasses `Extractor`: it prepares a batch (model inputs, each input's
+real-token positions and token kinds), installs hooks that hand every layer's (batch, heads,
+query, key) probabilities to a sink, and runs the forward pass. The sink averages heads as each
+layer is produced (`heads: mean`, the default), so one layer's (batch, heads, T, T) is the most
+ever held, or keeps them all (`heads: each`); padding masks keys only and is cropped away here.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """The digits ViT's options: their defaults, their rules, and which of them determine training.
 
 Pure (no torch): the registry checks options at resolve time with `check`; the checkpoint's key
-is `training_options` (every option but the measurement-only ones).
+is `workers.models.trained.options.training_options` (every option but the measurement-only
+ones).
 
 Options (a `ModelSpec`'s `config`):
     depth, embed_dim, num_heads, mlp_ratio   the timm VisionTransformer (embed_dim a multiple
@@ -23,11 +24,9 @@ from __future__ import annotations
 from typing import Any
 
 from storage.errors import InputError
-from workers.models.ft_options import check_epochs, filled
+from workers.models.trained.options import check_epochs, filled, shared_rule
 
-SPLITS = ("test", "all")
 IMAGE_SIDE = 8  # scikit-learn's digits
-MEASUREMENT_ONLY = ("split", "checkpoint", "keep_epochs")  # outside the checkpoint's key
 
 DEFAULTS: dict[str, Any] = {
     "depth": 4,
@@ -66,28 +65,13 @@ def _rule(key: str, value: Any) -> str | None:
     """The rule `value` breaks for option `key`, or None when it is valid."""
     integer = isinstance(value, int) and not isinstance(value, bool)
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if key.endswith("_fraction"):
-        return None if number and 0 < value < 0.5 else "in (0, 0.5)"
-    if key == "split":
-        return None if value in SPLITS else f"one of {list(SPLITS)}"
-    if key == "checkpoint":
-        return None if value is None or (integer and value >= 0) else "null or an epoch >= 0"
-    if key == "keep_epochs":
-        valid = isinstance(value, list | tuple) and all(
-            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value)
-        return None if valid else "a list of epochs >= 0"
     if key in ("lr", "mlp_ratio"):
         return None if number and value > 0 else "a number > 0"
     if key == "weight_decay":
         return None if number and value >= 0 else "a number >= 0"
     if key == "reg_tokens":
         return None if integer and value >= 0 else "an integer >= 0"
-    return None if integer and value >= 1 else "an integer >= 1"
-
-
-def training_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options that determine training (all but `MEASUREMENT_ONLY`): a checkpoint's key."""
-    return {k: v for k, v in options.items() if k not in MEASUREMENT_ONLY}
+    return shared_rule(key, value)
 
 
 def n_tokens(options: dict[str, Any]) -> int:

@@ -16,7 +16,7 @@ from timm.models.vision_transformer import VisionTransformer
 from storage.errors import InputError
 from workers.inputs import Table
 from workers.inputs.images import digit_pixels
-from workers.models.trained_vit.options import IMAGE_SIDE
+from workers.models.trained.vit.options import IMAGE_SIDE
 
 
 def to_model(pixels: np.ndarray) -> torch.Tensor:

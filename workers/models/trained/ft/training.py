@@ -1,6 +1,6 @@
 """FT-Transformer's training recipe: Gorishniy et al. (2021), as rtdl_revisiting_models gives it.
 
-Preprocessing (`ft_data.fit_preprocessing`, option `preprocessing`): the quantile transform
+Preprocessing (`ft.data.fit_preprocessing`, option `preprocessing`): the quantile transform
 fitted on the training rows (default) or standardisation. AdamW (lr 1e-4, weight decay 1e-5)
 over the library's parameter groups (`make_parameter_groups`: no weight decay on the
 embeddings, the normalisations and the biases); cross-entropy
@@ -16,6 +16,7 @@ import logging
 import math
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
@@ -25,7 +26,8 @@ from tqdm import tqdm
 from storage.errors import ExtractionError
 from workers.inputs import Table
 from workers.models.determinism import TORCH_THREADS, fixed_torch
-from workers.models.ft_data import (
+from workers.models.registry import ModelSpec
+from workers.models.trained.ft.data import (
     QUANTILE_NOISE,
     SUBSAMPLE,
     architecture,
@@ -34,14 +36,14 @@ from workers.models.ft_data import (
     init_model,
     n_quantiles,
     output_size,
-    table_split,
 )
-from workers.models.registry import ModelSpec
+from workers.models.trained.split import table_split
 
 LR = 1e-4
 WEIGHT_DECAY = 1e-5
 EVAL_BATCH = 1024  # rows per forward pass when scoring a split
 LOG = logging.getLogger(__name__)
+State = dict[str, torch.Tensor]
 
 
 class EarlyStopping:
@@ -70,21 +72,21 @@ def train_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def train(spec: ModelSpec, table: Table, device: torch.device | None = None,
-          kept: dict[int, dict[str, torch.Tensor]] | None = None,
-          ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-    """Train `spec` on `table` by the recipe; the kept weights plus the preprocessing
-    (`ft_data.STATS_PREFIX` keys), and the training record (see `docs/models.md`). Runs on
-    TORCH_THREADS torch threads with deterministic algorithms: the same bits on any machine's
-    core count. `kept`, when given, receives the weights (with the preprocessing) after each
-    epoch of the spec's `keep_epochs` and `checkpoint` that training reached (0: initial)."""
+def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (),
+          device: torch.device | None = None) -> tuple[State, dict[int, State], dict[str, Any]]:
+    """Train `spec` on `table` by the recipe: the kept weights plus the preprocessing
+    (`ft.data.STATS_PREFIX` keys), the weights (with the preprocessing) after each epoch of
+    `keep` that training reached (0: initial), and the training record (see `docs/models.md`).
+    Runs on TORCH_THREADS torch threads with deterministic algorithms: the same bits on any
+    machine's core count."""
+    kept: dict[int, State] = {}
     with fixed_torch(TORCH_THREADS, deterministic=True):
-        return _train(spec, table, device, {} if kept is None else kept)
+        state, record = _train(spec, table, device, set(keep), kept)
+    return state, kept, record
 
 
-def _train(spec: ModelSpec, table: Table, device: torch.device | None,
-           kept: dict[int, dict[str, torch.Tensor]],
-           ) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _train(spec: ModelSpec, table: Table, device: torch.device | None, keep: set[int],
+           kept: dict[int, State]) -> tuple[State, dict[str, Any]]:
     started = time.perf_counter()
     options, device = spec.options, device or train_device()
     split = table_split(options, spec.seed, table)
@@ -103,8 +105,6 @@ def _train(spec: ModelSpec, table: Table, device: torch.device | None,
     batch_size, max_epochs = int(options["batch_size"]), int(options["max_epochs"])
     history: dict[str, list[float]] = {"train_loss": [], "val_loss": []}
     stopped_by, epoch = "max_epochs", 0
-    keep = set(options.get("keep_epochs", ())) | (
-        {options["checkpoint"]} if options.get("checkpoint") is not None else set())
 
     def snapshot(at: int) -> None:
         if at in keep:

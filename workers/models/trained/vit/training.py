@@ -21,15 +21,15 @@ import torch
 from storage.errors import ExtractionError
 from workers.inputs import Table
 from workers.models.determinism import TORCH_THREADS, fixed_torch
-from workers.models.ft_data import table_split  # the FT models' seeded split
 from workers.models.registry import ModelSpec
-from workers.models.trained_vit.data import (
+from workers.models.trained.options import training_options
+from workers.models.trained.split import table_split
+from workers.models.trained.vit.data import (
     architecture,
     init_model,
     n_classes,
     table_images,
 )
-from workers.models.trained_vit.options import training_options
 
 LOG = logging.getLogger(__name__)
 State = dict[str, torch.Tensor]
