@@ -173,15 +173,17 @@ def default_cache_dir() -> Path:
 
 
 def prepare_model(
-    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None
+    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None,
+    report: Callable[[Any], None] | None = None,
 ) -> dict[str, Any] | None:
-    """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
-    training record (the cached one when the checkpoint exists). None for models that need no
-    preparation (pretrained and tiny models, random-init controls)."""
+    """Train and cache what a model needs before workers load it (the models trained here): its
+    JSON-able training record (the cached one when the checkpoint exists). None for models that
+    need no preparation (pretrained and tiny models, random-init controls). `report` receives
+    the training's progress (`storage.markers.TrainingProgress`) as it trains."""
     prepare = getattr(family_module(spec), "prepare", None)
     if prepare is None:
         return None
-    return prepare(spec, dataset, cache_dir or default_cache_dir())
+    return prepare(spec, dataset, cache_dir or default_cache_dir(), report)
 
 
 def model_dataset(spec: ModelSpec, dataset: Any) -> Any:

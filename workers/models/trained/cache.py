@@ -86,9 +86,8 @@ def read_record(location: Location, key: str) -> dict[str, Any] | None:
 
 
 def write_run(location: Location, key: str, table: Table, best: State,
-              epochs: dict[int, State], record: dict[str, Any]) -> None:
-    """A finished training run into the cache: its epochs, its record, then its kept weights."""
-    for epoch, weights in epochs.items():
-        location.write(epoch_key(key, epoch), weights_bytes(weights, table))
+              record: dict[str, Any]) -> None:
+    """A finished training run into the cache (its kept epochs are written as it reaches them:
+    `workers.models.trained.run`): its record, then its kept weights."""
     location.write(record_key(key), json.dumps(record, indent=2, sort_keys=True).encode())
     location.write(key, weights_bytes(best, table))

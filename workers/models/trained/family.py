@@ -3,9 +3,11 @@ written there first, its training record (`prepare`) and the rows it is measured
 
 A family subclasses `TrainedFamily` with its dataset check (`table`), the options outside its
 checkpoint's key (`measurement_only`) and its recipe's module (`recipe`: a module whose
-`train(spec, table, keep)` returns the kept weights, the weights after each epoch of `keep`
-and the training record); its adapter module binds `prepare` and `model_dataset` from an
-instance. A random-init control is never trained (its weights are the recipe's initial ones).
+`train(spec, table, keep, run)` returns the kept weights, the weights after each epoch of `keep`
+and the training record, writing through `run` as it goes: `workers.models.trained.run`); its
+adapter module binds `prepare` and `model_dataset` from an instance. A random-init control is
+never trained (its weights are the recipe's initial ones). A run killed while it trained resumes
+from its last resume point, if it wrote one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from workers.models.trained.cache import (
     write_run,
 )
 from workers.models.trained.options import kept_epochs, training_options
+from workers.models.trained.run import Reporter, TrainingRun
 from workers.models.trained.split import model_rows
 
 
@@ -34,7 +37,7 @@ class TrainedFamily:
     """What every family trained here does the same way (see the module)."""
 
     measurement_only: tuple[str, ...] = ()
-    recipe: str = ""  # the module of the family's `train(spec, table, keep)`
+    recipe: str = ""  # the module of the family's `train(spec, table, keep, run)`
 
     def table(self, spec: ModelSpec, dataset: Dataset | None) -> Table:
         """The table `spec` trains on; InputError naming the dataset it needs."""
@@ -44,17 +47,18 @@ class TrainedFamily:
         """The kept weights' name in the cache (`workers.models.trained.cache`)."""
         return checkpoint_key(spec, table, training_options(spec.options, self.measurement_only))
 
-    def train(self, spec: ModelSpec, table: Table,
-              keep: set[int]) -> tuple[State, dict[int, State], dict[str, Any]]:
+    def train(self, spec: ModelSpec, table: Table, keep: set[int],
+              run: TrainingRun) -> tuple[State, dict[int, State], dict[str, Any]]:
         """The recipe's `train`, looked up when called (tests replace it)."""
-        return importlib.import_module(self.recipe).train(spec, table, keep)
+        return importlib.import_module(self.recipe).train(spec, table, keep, run)
 
-    def ensure_checkpoint(self, spec: ModelSpec, dataset: Dataset | None,
-                          cache: StoreLike) -> tuple[State, dict[str, Any]]:
+    def ensure_checkpoint(self, spec: ModelSpec, dataset: Dataset | None, cache: StoreLike,
+                          report: Reporter | None = None) -> tuple[State, dict[str, Any]]:
         """The weights `spec` measures (its `checkpoint`, else the kept ones) and the training
-        record, from the cache, or trained and written there first (the missing epochs, the
-        record, then the kept weights). InputError for a control, or for an epoch past the
-        last one trained (early stopping)."""
+        record, from the cache, or trained and written there first (the missing epochs as they
+        are reached, the record, then the kept weights; `report`: where its progress goes).
+        InputError for a control, or for an epoch past the last one trained (early
+        stopping)."""
         table = self.table(spec, dataset)
         if spec.random_init:
             raise InputError(f"model {spec.name!r} is a random-init control: it has no checkpoint")
@@ -64,9 +68,11 @@ class TrainedFamily:
         record = read_record(location, key)
         epochs = {e: read_weights(location, epoch_key(key, e)) for e in keep}
         if best is None or record is None or any(state is None for state in epochs.values()):
-            best, trained, record = self.train(spec, table, keep)
-            write_run(location, key, table, best,
-                      {e: w for e, w in trained.items() if epochs.get(e) is None}, record)
+            missing = {e for e, state in epochs.items() if state is None}
+            run = TrainingRun(location, key, table, missing, report)
+            best, trained, record = self.train(spec, table, keep, run)
+            write_run(location, key, table, best, record)
+            run.clear()
             epochs = {**epochs, **trained}
         checkpoint = spec.options.get("checkpoint")
         if checkpoint is None:
@@ -77,14 +83,14 @@ class TrainedFamily:
                              f"{record['stopped_by']}); choose epochs up to it")
         return epochs[checkpoint], record
 
-    def prepare(self, spec: ModelSpec, dataset: Dataset | None,
-                cache: StoreLike) -> dict[str, Any] | None:
-        """Train (or find cached) the model of `spec`; its training record, or None for a
-        control."""
+    def prepare(self, spec: ModelSpec, dataset: Dataset | None, cache: StoreLike,
+                report: Reporter | None = None) -> dict[str, Any] | None:
+        """Train (or find cached) the model of `spec`, its progress to `report`; its training
+        record, or None for a control."""
         self.table(spec, dataset)
         if spec.random_init:
             return None
-        return self.ensure_checkpoint(spec, dataset, cache)[1]
+        return self.ensure_checkpoint(spec, dataset, cache, report)[1]
 
     def model_dataset(self, spec: ModelSpec, dataset: Dataset) -> Dataset:
         """The inputs `spec` is measured on: the test rows of its split (`split: test`) or every

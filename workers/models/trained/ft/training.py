@@ -12,23 +12,19 @@ weights (with the preprocessing) and a JSON-able training record.
 
 from __future__ import annotations
 
-import logging
-import math
-import sys
 import time
 from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
-from storage.errors import ExtractionError
 from workers.inputs import Table
 from workers.models.determinism import TORCH_THREADS, fixed_torch
 from workers.models.registry import ModelSpec
 from workers.models.trained.ft.data import (
     QUANTILE_NOISE,
+    STATS_PREFIX,
     SUBSAMPLE,
     architecture,
     encode,
@@ -37,34 +33,13 @@ from workers.models.trained.ft.data import (
     n_quantiles,
     output_size,
 )
+from workers.models.trained.loop import Outcome, Recipe, State, run_epochs
+from workers.models.trained.run import TrainingRun
 from workers.models.trained.split import table_split
 
 LR = 1e-4
 WEIGHT_DECAY = 1e-5
 EVAL_BATCH = 1024  # rows per forward pass when scoring a split
-LOG = logging.getLogger(__name__)
-State = dict[str, torch.Tensor]
-
-
-class EarlyStopping:
-    """Tracks the lowest validation loss: a copy of its weights, its epoch, and when to stop.
-
-    Epochs count from 1. `update` returns True once `patience` epochs have passed without a
-    strictly lower validation loss than the best one.
-    """
-
-    def __init__(self, patience: int) -> None:
-        self.patience = patience
-        self.best_loss = math.inf
-        self.best_epoch = 0
-        self.best_state: dict[str, torch.Tensor] | None = None
-
-    def update(self, epoch: int, loss: float, model: torch.nn.Module) -> bool:
-        """Record `epoch`'s validation loss, keeping the weights if it is the lowest; True: stop."""
-        if loss < self.best_loss:
-            self.best_loss, self.best_epoch = loss, epoch
-            self.best_state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-        return epoch - self.best_epoch >= self.patience
 
 
 def train_device() -> torch.device:
@@ -72,93 +47,90 @@ def train_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (),
+def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (), run: TrainingRun | None = None,
           device: torch.device | None = None) -> tuple[State, dict[int, State], dict[str, Any]]:
     """Train `spec` on `table` by the recipe: the kept weights plus the preprocessing
     (`ft.data.STATS_PREFIX` keys), the weights (with the preprocessing) after each epoch of
     `keep` that training reached (0: initial), and the training record (see `docs/models.md`).
     Runs on TORCH_THREADS torch threads with deterministic algorithms: the same bits on any
-    machine's core count."""
-    kept: dict[int, State] = {}
+    machine's core count. `run`: where the run writes as it goes (`workers.models.trained.run`)."""
     with fixed_torch(TORCH_THREADS, deterministic=True):
-        state, record = _train(spec, table, device, set(keep), kept)
-    return state, kept, record
+        started = time.perf_counter(), time.process_time()
+        recipe = FTRecipe(spec, table, device or train_device())
+        outcome = run_epochs(recipe, spec.name, spec.seed, set(keep), run, started)
+        record = recipe.record(outcome, outcome.earlier_s[0] + time.perf_counter() - started[0])
+        return outcome.best, outcome.kept, record
 
 
-def _train(spec: ModelSpec, table: Table, device: torch.device | None, keep: set[int],
-           kept: dict[int, State]) -> tuple[State, dict[str, Any]]:
-    started = time.perf_counter()
-    options, device = spec.options, device or train_device()
-    split = table_split(options, spec.seed, table)
-    stats = fit_preprocessing(options, spec.seed, table, split["train"])
-    classification = table.task == "classification"
-    target = torch.as_tensor(table.target, dtype=torch.long if classification else torch.float32)
-    if not classification:
-        target = (target - stats["stats.target_mean"]) / stats["stats.target_std"]
-    data = {part: (*encode(table.features[rows], table, stats, device), target[rows].to(device))
-            for part, rows in split.items()}
-    loss_fn = torch.nn.CrossEntropyLoss() if classification else torch.nn.MSELoss()
-    model = init_model(options, spec.seed, table).to(device)
-    optimizer = torch.optim.AdamW(model.make_parameter_groups(), lr=LR, weight_decay=WEIGHT_DECAY)
-    stopper = EarlyStopping(int(options["patience"]))
-    generator = torch.Generator().manual_seed(spec.seed)
-    batch_size, max_epochs = int(options["batch_size"]), int(options["max_epochs"])
-    history: dict[str, list[float]] = {"train_loss": [], "val_loss": []}
-    stopped_by, epoch = "max_epochs", 0
+class FTRecipe(Recipe):
+    """The paper's recipe on one table (see the module) for `workers.models.trained.loop`."""
 
-    def snapshot(at: int) -> None:
-        if at in keep:
-            kept[at] = {**{k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                        **stats}
+    def __init__(self, spec: ModelSpec, table: Table, device: torch.device) -> None:
+        options = spec.options
+        self.spec, self.table, self.device = spec, table, device
+        self.split = table_split(options, spec.seed, table)
+        self.stats = fit_preprocessing(options, spec.seed, table, self.split["train"])
+        self.classification = table.task == "classification"
+        target = torch.as_tensor(table.target,
+                                 dtype=torch.long if self.classification else torch.float32)
+        if not self.classification:
+            target = (target - self.stats["stats.target_mean"]) / self.stats["stats.target_std"]
+        self.data = {part: (*encode(table.features[rows], table, self.stats, device),
+                            target[rows].to(device)) for part, rows in self.split.items()}
+        self.loss_fn = (torch.nn.CrossEntropyLoss() if self.classification
+                        else torch.nn.MSELoss())
+        self.model = init_model(options, spec.seed, table).to(device)
+        self.optimizer = torch.optim.AdamW(self.model.make_parameter_groups(), lr=LR,
+                                           weight_decay=WEIGHT_DECAY)
+        self.generator = torch.Generator().manual_seed(spec.seed)
+        self.batch_size = int(options["batch_size"])
+        self.epochs, self.patience = int(options["max_epochs"]), int(options["patience"])
+        self.modules, self.optimizers, self.schedules = {"model": self.model}, [self.optimizer], []
+        self.generators, self.buffers = {"batches": self.generator}, {}
 
-    snapshot(0)
-    with torch.random.fork_rng(devices=[device] if device.type == "cuda" else []):
-        torch.manual_seed(spec.seed)  # dropout masks
-        bar = tqdm(total=max_epochs, desc=f"training {spec.name}", unit="epoch",
-                   file=sys.stderr, leave=False, disable=None)  # a bar on a terminal only
-        for epoch in range(1, max_epochs + 1):
-            history["train_loss"].append(
-                _epoch(model, data["train"], loss_fn, optimizer, batch_size, generator)
-            )
-            history["val_loss"].append(_loss(model, data["val"], loss_fn))
-            bar.update()
-            bar.set_postfix(val_loss=f"{history['val_loss'][-1]:.4f}", refresh=False)
-            if epoch % 10 == 0:
-                LOG.info("%s: epoch %d, validation loss %.4f", spec.name, epoch,
-                         history["val_loss"][-1])
-            snapshot(epoch)
-            if stopper.update(epoch, history["val_loss"][-1], model):
-                stopped_by = "patience"
-                break
-        bar.close()
-    if stopper.best_state is None:
-        raise ExtractionError(f"model {spec.name!r}: training diverged (no finite validation loss)")
-    model.load_state_dict(stopper.best_state)
-    metric = "accuracy" if classification else "rmse"
-    scale = float(stats["stats.target_std"])
-    record = {
-        "model": spec.name,
-        "task": table.task,
-        "metric": metric,
-        "test_score": _score(model, data["test"], metric, scale),
-        "val_score": _score(model, data["val"], metric, scale),
-        "val_loss": stopper.best_loss,
-        "best_epoch": stopper.best_epoch,
-        "epochs_run": epoch,
-        "stopped_by": stopped_by,
-        "split": {part: len(split[part]) for part in ("train", "val", "test")},
-        "wall_s": round(time.perf_counter() - started, 3),
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "hyperparameters": hyperparameters(spec, classification, len(split["train"])),
-        "inputs": {"n_cont": len(table.continuous),
-                   "cat_cardinalities": list(table.cardinalities), "d_out": output_size(table)},
-        "table": table.fingerprint,
-        "device": str(device),
-        "torch_threads": torch.get_num_threads(),
-        "history": history,
-    }
-    state = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-    return {**state, **stats}, record
+    def epoch(self, epoch: int) -> dict[str, float]:
+        train_loss = _epoch(self.model, self.data["train"], self.loss_fn, self.optimizer,
+                            self.batch_size, self.generator)
+        return {"train_loss": train_loss, "val_loss": _loss(self.model, self.data["val"],
+                                                            self.loss_fn)}
+
+    def weights(self) -> State:
+        """The model's weights and the preprocessing (`ft.data.STATS_PREFIX` keys)."""
+        return {**{k: v.detach().cpu().clone() for k, v in self.model.state_dict().items()},
+                **self.stats}
+
+    def record(self, outcome: Outcome, wall_s: float) -> dict[str, Any]:
+        """The training record of `outcome` (the kept weights are loaded into the model)."""
+        spec, table, split = self.spec, self.table, self.split
+        self.model.load_state_dict({k: v for k, v in outcome.best.items()
+                                    if not k.startswith(STATS_PREFIX)})
+        metric = "accuracy" if self.classification else "rmse"
+        scale = float(self.stats["stats.target_std"])
+        record = {
+            "model": spec.name,
+            "task": table.task,
+            "metric": metric,
+            "test_score": _score(self.model, self.data["test"], metric, scale),
+            "val_score": _score(self.model, self.data["val"], metric, scale),
+            "val_loss": outcome.best_value,
+            "best_epoch": outcome.best_epoch,
+            "epochs_run": outcome.epochs_run,
+            "stopped_by": outcome.stopped_by,
+            "split": {part: len(split[part]) for part in ("train", "val", "test")},
+            "wall_s": round(wall_s, 3),
+            "n_params": sum(p.numel() for p in self.model.parameters()),
+            "hyperparameters": hyperparameters(spec, self.classification, len(split["train"])),
+            "inputs": {"n_cont": len(table.continuous),
+                       "cat_cardinalities": list(table.cardinalities),
+                       "d_out": output_size(table)},
+            "table": table.fingerprint,
+            "device": str(self.device),
+            "torch_threads": torch.get_num_threads(),
+            "history": outcome.history,
+        }
+        if outcome.resumed_from is not None:
+            record["resumed_from"] = outcome.resumed_from
+        return record
 
 
 def preprocessing(options: dict[str, Any], n_train: int) -> dict[str, Any]:

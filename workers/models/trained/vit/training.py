@@ -10,7 +10,6 @@ algorithms (`workers.models.determinism`): the same bits on any machine.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import Iterable
@@ -18,11 +17,12 @@ from typing import Any
 
 import torch
 
-from storage.errors import ExtractionError
 from workers.inputs import Table
 from workers.models.determinism import TORCH_THREADS, fixed_torch
 from workers.models.registry import ModelSpec
+from workers.models.trained.loop import Outcome, Recipe, State, copy_weights, run_epochs
 from workers.models.trained.options import training_options
+from workers.models.trained.run import TrainingRun
 from workers.models.trained.split import table_split
 from workers.models.trained.vit.data import (
     architecture,
@@ -31,96 +31,109 @@ from workers.models.trained.vit.data import (
     table_images,
 )
 
-LOG = logging.getLogger(__name__)
-State = dict[str, torch.Tensor]
 
-
-def train(spec: ModelSpec, table: Table, keep: Iterable[int] = ()
+def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (), run: TrainingRun | None = None
           ) -> tuple[State, dict[int, State], dict[str, Any]]:
     """Train `spec` on the digits `table`: the best weights, the weights after each epoch of
-    `keep`, and the JSON-able training record (docs/training.md)."""
+    `keep`, and the JSON-able training record (docs/training.md). `run`: where the run writes
+    as it goes (`workers.models.trained.run`)."""
     with fixed_torch(TORCH_THREADS, deterministic=True):
-        return _train(spec, table, set(keep))
+        started = time.perf_counter(), time.process_time()
+        recipe = SupervisedRecipe(spec, table)
+        outcome = run_epochs(recipe, spec.name, spec.seed, set(keep), run, started)
+        return outcome.best, outcome.kept, recipe.record(outcome, started)
 
 
-def _train(spec: ModelSpec, table: Table, keep: set[int]
-           ) -> tuple[State, dict[int, State], dict[str, Any]]:
-    started, cpu = time.perf_counter(), time.process_time()
-    options = spec.options
-    split = table_split(options, spec.seed, table)
-    x, y = table_images(table), torch.as_tensor(table.target, dtype=torch.long)
-    data = {part: (x[rows], y[rows]) for part, rows in split.items()}
-    classes = n_classes(table)
-    model = init_model(options, spec.seed, classes)
-    epochs, batch = int(options["epochs"]), int(options["batch_size"])
-    steps = math.ceil(len(split["train"]) / batch)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=float(options["lr"]),
-                                  weight_decay=float(options["weight_decay"]))
-    schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=float(options["lr"]),
-                                                   total_steps=epochs * steps)
-    generator = torch.Generator().manual_seed(spec.seed)
-    kept = {0: _copy(model)} if 0 in keep else {}
-    history: dict[str, list[float]] = {"train_loss": [], "val_loss": [], "val_accuracy": [],
-                                       "test_accuracy": []}
-    best = (math.inf, 0, _copy(model))
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(spec.seed)  # dropout (none by default) and anything else drawn
-        for epoch in range(1, epochs + 1):
-            history["train_loss"].append(
-                _epoch(model, data["train"], optimizer, schedule, batch, generator))
-            val_loss, val_accuracy = _evaluate(model, data["val"])
-            history["val_loss"].append(val_loss)
-            history["val_accuracy"].append(val_accuracy)
-            history["test_accuracy"].append(_evaluate(model, data["test"])[1])
-            if val_loss < best[0]:
-                best = (val_loss, epoch, _copy(model))
-            if epoch in keep:
-                kept[epoch] = _copy(model)
-            if epoch % 10 == 0:
-                LOG.info("%s: epoch %d, validation loss %.4f", spec.name, epoch, val_loss)
-    if not math.isfinite(best[0]):
-        raise ExtractionError(f"model {spec.name!r}: training diverged (no finite validation loss)")
-    model.load_state_dict(best[2])
-    test_loss, test_accuracy = _evaluate(model, data["test"])
-    record = {
-        "model": spec.name, "task": "classification", "metric": "accuracy",
-        "test_score": test_accuracy, "val_score": history["val_accuracy"][best[1] - 1],
-        "val_loss": best[0], "best_epoch": best[1], "epochs_run": epochs,
-        "stopped_by": "epochs", "split": {part: len(split[part]) for part in split},
-        "wall_s": round(time.perf_counter() - started, 3),
-        "cpu_s": round(time.process_time() - cpu, 3),
-        "n_params": sum(p.numel() for p in model.parameters()),
-        "hyperparameters": {**training_options(options), **architecture(options, classes),
-                            "optimizer": "AdamW", "schedule": "one-cycle (OneCycleLR)",
-                            "loss": "cross_entropy", "augmentation": "none",
-                            "selection": "lowest validation loss", "seed": spec.seed},
-        "table": table.fingerprint, "device": "cpu", "torch_threads": torch.get_num_threads(),
-        "history": history,
-    }
-    return best[2], kept, record
+class DigitsRecipe(Recipe):
+    """What every recipe of the digits ViT shares: the split and its images, the seeded initial
+    model, AdamW with a one-cycle learning rate over every step, the batches in a seeded order,
+    and the record."""
 
+    selection, score = "val_loss", "val_accuracy"
 
-def _copy(model: torch.nn.Module) -> State:
-    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    def __init__(self, spec: ModelSpec, table: Table) -> None:
+        options = self.options = spec.options
+        self.spec, self.table = spec, table
+        self.split = table_split(options, spec.seed, table)
+        x, y = table_images(table), torch.as_tensor(table.target, dtype=torch.long)
+        self.data = {part: (x[rows], y[rows]) for part, rows in self.split.items()}
+        self.classes = n_classes(table)
+        self.model = init_model(options, spec.seed, self.classes)
+        self.epochs, self.batch = int(options["epochs"]), int(options["batch_size"])
+        steps = math.ceil(len(self.split["train"]) / self.batch)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=float(options["lr"]),
+                                           weight_decay=float(options["weight_decay"]))
+        self.schedule = torch.optim.lr_scheduler.OneCycleLR(
+            self.optimizer, max_lr=float(options["lr"]), total_steps=self.epochs * steps)
+        self.generator = torch.Generator().manual_seed(spec.seed)
+        self.modules, self.optimizers = {"model": self.model}, [self.optimizer]
+        self.schedules, self.buffers = [self.schedule], {}
+        self.generators = {"batches": self.generator}
 
+    def weights(self) -> State:
+        return copy_weights(self.model)
 
-def _epoch(model: torch.nn.Module, part: tuple[torch.Tensor, torch.Tensor],
-           optimizer: torch.optim.Optimizer, schedule: Any, batch: int,
-           generator: torch.Generator) -> float:
-    """One pass over the training images in a seeded order; the mean training loss."""
-    model.train()
-    x, y = part
-    order = torch.randperm(len(y), generator=generator)
-    total = 0.0
-    for start in range(0, len(y), batch):
-        rows = order[start:start + batch]
-        loss = torch.nn.functional.cross_entropy(model(x[rows]), y[rows])
-        optimizer.zero_grad()
+    def batches(self) -> list[torch.Tensor]:
+        """This epoch's batches of training rows, in an order drawn from the seeded generator."""
+        order = torch.randperm(len(self.data["train"][1]), generator=self.generator)
+        return [order[start:start + self.batch] for start in range(0, len(order), self.batch)]
+
+    def step(self, loss: torch.Tensor) -> None:
+        """One optimiser step on `loss`, and the schedule's."""
+        self.optimizer.zero_grad()
         loss.backward()
-        optimizer.step()
-        schedule.step()
-        total += loss.item() * len(rows)
-    return total / len(y)
+        self.optimizer.step()
+        self.schedule.step()
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """The record's hyperparameters: the options, the architecture and the recipe's own."""
+        return {**training_options(self.options), **architecture(self.options, self.classes),
+                "optimizer": "AdamW", "schedule": "one-cycle (OneCycleLR)",
+                "loss": "cross_entropy", "augmentation": "none",
+                "selection": "lowest validation loss", "seed": self.spec.seed}
+
+    def scores(self, outcome: Outcome) -> dict[str, Any]:
+        """The record's scores of the kept weights (loaded into the model): test and
+        validation accuracy, and the validation loss."""
+        self.model.load_state_dict(outcome.best)
+        return {"test_score": _evaluate(self.model, self.data["test"])[1],
+                "val_score": outcome.history["val_accuracy"][outcome.best_epoch - 1],
+                "val_loss": outcome.best_value}
+
+    def record(self, outcome: Outcome, started: tuple[float, float]) -> dict[str, Any]:
+        """The training record of `outcome` (docs/training.md)."""
+        spec, split = self.spec, self.split
+        record = {
+            "model": spec.name, "task": "classification", "metric": "accuracy",
+            **self.scores(outcome), "best_epoch": outcome.best_epoch,
+            "epochs_run": outcome.epochs_run, "stopped_by": outcome.stopped_by,
+            "split": {part: len(split[part]) for part in split},
+            "wall_s": round(outcome.earlier_s[0] + time.perf_counter() - started[0], 3),
+            "cpu_s": round(outcome.earlier_s[1] + time.process_time() - started[1], 3),
+            "n_params": sum(p.numel() for p in self.model.parameters()),
+            "hyperparameters": self.hyperparameters(),
+            "table": self.table.fingerprint, "device": "cpu",
+            "torch_threads": torch.get_num_threads(), "history": outcome.history,
+        }
+        if outcome.resumed_from is not None:
+            record["resumed_from"] = outcome.resumed_from
+        return record
+
+
+class SupervisedRecipe(DigitsRecipe):
+    """Cross-entropy on the labels, no augmentation (see the module)."""
+
+    def epoch(self, epoch: int) -> dict[str, float]:
+        self.model.train()
+        x, y = self.data["train"]
+        total = 0.0
+        for rows in self.batches():
+            loss = torch.nn.functional.cross_entropy(self.model(x[rows]), y[rows])
+            self.step(loss)
+            total += loss.item() * len(rows)
+        val_loss, val_accuracy = _evaluate(self.model, self.data["val"])
+        return {"train_loss": total / len(y), "val_loss": val_loss, "val_accuracy": val_accuracy,
+                "test_accuracy": _evaluate(self.model, self.data["test"])[1]}
 
 
 def _evaluate(model: torch.nn.Module, part: tuple[torch.Tensor, torch.Tensor]
