@@ -170,9 +170,9 @@ def test_an_ft_epoch_after_early_stopping_is_a_one_line_error(tmp_path, monkeypa
     wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
     real = training.train
 
-    def stops_after_two(spec, table, keep=()):  # patience ends it at epoch 2
+    def stops_after_two(spec, table, keep=(), run=None):  # patience ends it at epoch 2
         state, kept, record = real(resolve_model("ft-transformer", **{**FT, "max_epochs": 2}),
-                                   table, keep)
+                                   table, keep, run)
         return state, kept, {**record, "stopped_by": "patience"}
 
     monkeypatch.setattr(training, "train", stops_after_two)

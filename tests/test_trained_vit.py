@@ -133,3 +133,32 @@ def test_sweep_show_says_which_digit_and_draws_it_with_its_patches(digits):
     assert about.picture.shape == (8, 8, 3) and about.patch == 2
     np.testing.assert_array_equal(about.picture[:, :, 0], np.asarray(digits.load([5])[0]))
     assert about.labels[1] == "patch (0, 0)" and about.labels[16] == "patch (3, 3)"
+
+
+def test_the_two_other_objectives_train_the_same_architecture_and_record_a_linear_probe(
+        tmp_path, digits):
+    """DINO (no labels: the teacher's ViT is kept, the last epoch) and DeiT (a DIST token after
+    CLS, taught by a convnet): each keeps its epochs and scores its features with a probe."""
+    tiny = {"depth": 1, "embed_dim": 8, "num_heads": 2, "epochs": 2, "batch_size": 256}
+    dino = resolve_model("vit-digits", objective="dino", keep_epochs=[0], **tiny)
+    record = prepare_model(dino, digits, tmp_path)
+    assert record["objective"] == "dino" and record["best_epoch"] == 2  # the last epoch
+    assert set(record["probe"]) == {"kept", "initial"} and record["test_score"] == \
+        record["probe"]["kept"]["test"]
+    assert set(record["history"]) == {"train_loss", "val_knn_accuracy", "test_knn_accuracy"}
+    deit = resolve_model("vit-digits", objective="distilled", **tiny)
+    record = prepare_model(deit, digits, tmp_path)
+    assert record["hyperparameters"]["teacher"]["test_accuracy"] > 0.5
+    measured = model_dataset(deit, digits)
+    extractor = load_extractor(deit, dataset=measured, cache_dir=tmp_path)
+    item = extractor.extract(measured.load([0]), measured.ids[:1])[0]
+    assert item.attention.shape == (1, 18, 18)  # CLS, DIST, 16 patches
+    assert list(item.token_kind[:3]) == [1, 4, 0]
+    from workers.models.token_layout import token_layout
+
+    assert token_layout(deit).tokens == 18 and token_layout(dino).tokens == 17
+    assert spec(objective="supervised") == spec()  # the default, named: the same model
+    with pytest.raises(InputError, match="objective distilled reads CLS and DIST"):
+        spec(objective="distilled", reg_tokens=1)
+    with pytest.raises(InputError, match=r"option objective='mae' must be one of"):
+        spec(objective="mae")

@@ -1,6 +1,6 @@
 """A training run killed part-way resumes from its last resume point, to the same bits as a run
-never stopped: every recipe trained here (the FT-Transformer's, the digits ViT's), through the
-same epoch loop (`workers.models.trained.loop`)."""
+never stopped: the recipes trained here (the FT-Transformer's, the digits ViT's supervised and
+self-distilled ones), through the same epoch loop (`workers.models.trained.loop`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,9 @@ CASES = {
                                "keep_epochs": [0, 1, 4]}), ("tabular", "sklearn:wine")),
     "vit": (("vit-digits", {"depth": 1, "embed_dim": 8, "num_heads": 2, "epochs": 4,
                             "keep_epochs": [0, 1, 4]}), ("image", "sklearn:digits")),
+    "vit-dino": (("vit-digits", {"depth": 1, "embed_dim": 8, "num_heads": 2, "epochs": 4,
+                                 "batch_size": 256, "objective": "dino", "keep_epochs": [1]}),
+                 ("image", "sklearn:digits")),  # a teacher, its centre, the views' generator
 }
 
 

@@ -4,7 +4,8 @@ A recipe (`Recipe`) builds its modules, optimiser, schedule and generators from 
 says how one epoch trains and what it measures (`epoch`: the history entries of that epoch). The
 loop (`run_epochs`) runs epochs 1..`epochs` in torch's global RNG seeded with the spec's seed
 (forked: the caller's is left as it was), keeps the weights of the epoch with the lowest
-`selection` entry (strictly lower: the first of equals), the weights after each epoch of `keep`
+`selection` entry (strictly lower: the first of equals; no `selection`: the last epoch's), the
+weights after each epoch of `keep`
 (0: before the first), stops early after `patience` epochs without a lower one (None: never),
 reports its progress and writes resume points (`workers.models.trained.run`). Resumed, it
 restores all of it (and the global RNG) and goes on from the point's epoch: the same bits as a
@@ -43,7 +44,8 @@ class Recipe:
     epochs: int = 1
     patience: int | None = None
     device = torch.device("cpu")
-    selection = "val_loss"  # the history entry whose lowest value marks the kept epoch
+    selection: str | None = "val_loss"  # the entry whose lowest value marks the kept epoch
+    # (None: the last epoch is kept)
     score = "val_loss"  # the history entry the progress shows
     modules: dict[str, torch.nn.Module]
     optimizers: list[torch.optim.Optimizer]
@@ -159,8 +161,9 @@ def run_epochs(recipe: Recipe, name: str, seed: int, keep: set[int],
             entries = recipe.epoch(epoch)
             for key, value in entries.items():
                 history.setdefault(key, []).append(value)
-            if entries[recipe.selection] < best[0]:
-                best = (entries[recipe.selection], epoch, recipe.weights())
+            value = -math.inf if recipe.selection is None else entries[recipe.selection]
+            if value < best[0] or recipe.selection is None:
+                best = (value, epoch, recipe.weights())
             if epoch in keep:
                 kept[epoch] = recipe.weights()
                 run.keep(epoch, kept[epoch])

@@ -10,6 +10,7 @@ algorithms (`workers.models.determinism`): the same bits on any machine.
 
 from __future__ import annotations
 
+import importlib
 import math
 import time
 from collections.abc import Iterable
@@ -30,6 +31,13 @@ from workers.models.trained.vit.data import (
     n_classes,
     table_images,
 )
+from workers.models.trained.vit.options import objective
+from workers.models.trained.vit.probe import features, linear_probe
+
+RECIPES = {"supervised": "workers.models.trained.vit.training.SupervisedRecipe",
+           "dino": "workers.models.trained.vit.dino.DinoRecipe",
+           "distilled": "workers.models.trained.vit.distilled.DistilledRecipe"}
+"""The recipe of each objective (option `objective`), imported when it trains."""
 
 
 def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (), run: TrainingRun | None = None
@@ -39,7 +47,8 @@ def train(spec: ModelSpec, table: Table, keep: Iterable[int] = (), run: Training
     as it goes (`workers.models.trained.run`)."""
     with fixed_torch(TORCH_THREADS, deterministic=True):
         started = time.perf_counter(), time.process_time()
-        recipe = SupervisedRecipe(spec, table)
+        module, name = RECIPES[objective(spec.options)].rsplit(".", 1)
+        recipe = getattr(importlib.import_module(module), name)(spec, table)
         outcome = run_epochs(recipe, spec.name, spec.seed, set(keep), run, started)
         return outcome.best, outcome.kept, recipe.record(outcome, started)
 
@@ -60,11 +69,11 @@ class DigitsRecipe(Recipe):
         self.classes = n_classes(table)
         self.model = init_model(options, spec.seed, self.classes)
         self.epochs, self.batch = int(options["epochs"]), int(options["batch_size"])
-        steps = math.ceil(len(self.split["train"]) / self.batch)
+        self.total_steps = self.epochs * math.ceil(len(self.split["train"]) / self.batch)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=float(options["lr"]),
                                            weight_decay=float(options["weight_decay"]))
         self.schedule = torch.optim.lr_scheduler.OneCycleLR(
-            self.optimizer, max_lr=float(options["lr"]), total_steps=self.epochs * steps)
+            self.optimizer, max_lr=float(options["lr"]), total_steps=self.total_steps)
         self.generator = torch.Generator().manual_seed(spec.seed)
         self.modules, self.optimizers = {"model": self.model}, [self.optimizer]
         self.schedules, self.buffers = [self.schedule], {}
@@ -96,13 +105,25 @@ class DigitsRecipe(Recipe):
         """The record's scores of the kept weights (loaded into the model): test and
         validation accuracy, and the validation loss."""
         self.model.load_state_dict(outcome.best)
-        return {"test_score": _evaluate(self.model, self.data["test"])[1],
+        return {"test_score": evaluate(self.model, self.data["test"])[1],
                 "val_score": outcome.history["val_accuracy"][outcome.best_epoch - 1],
                 "val_loss": outcome.best_value}
+
+    def probe(self, weights: State | None) -> dict[str, float]:
+        """A linear probe's validation and test accuracy on the CLS features of `weights`
+        (None: the initial weights), `vit.probe`."""
+        model = init_model(self.options, self.spec.seed, self.classes)
+        if weights is not None:
+            model.load_state_dict(weights)
+        (x, y), parts = self.data["train"], {p: self.data[p] for p in ("val", "test")}
+        return linear_probe(features(model, x), y,
+                            {p: (features(model, px), py) for p, (px, py) in parts.items()})
 
     def record(self, outcome: Outcome, started: tuple[float, float]) -> dict[str, Any]:
         """The training record of `outcome` (docs/training.md)."""
         spec, split = self.spec, self.split
+        self.probes = ({} if objective(self.options) == "supervised" else
+                       {"kept": self.probe(outcome.best), "initial": self.probe(None)})
         record = {
             "model": spec.name, "task": "classification", "metric": "accuracy",
             **self.scores(outcome), "best_epoch": outcome.best_epoch,
@@ -115,6 +136,9 @@ class DigitsRecipe(Recipe):
             "table": self.table.fingerprint, "device": "cpu",
             "torch_threads": torch.get_num_threads(), "history": outcome.history,
         }
+        if objective(self.options) != "supervised":  # the supervised record as it always was
+            record["objective"] = objective(self.options)
+            record["probe"] = self.probes
         if outcome.resumed_from is not None:
             record["resumed_from"] = outcome.resumed_from
         return record
@@ -131,12 +155,12 @@ class SupervisedRecipe(DigitsRecipe):
             loss = torch.nn.functional.cross_entropy(self.model(x[rows]), y[rows])
             self.step(loss)
             total += loss.item() * len(rows)
-        val_loss, val_accuracy = _evaluate(self.model, self.data["val"])
+        val_loss, val_accuracy = evaluate(self.model, self.data["val"])
         return {"train_loss": total / len(y), "val_loss": val_loss, "val_accuracy": val_accuracy,
-                "test_accuracy": _evaluate(self.model, self.data["test"])[1]}
+                "test_accuracy": evaluate(self.model, self.data["test"])[1]}
 
 
-def _evaluate(model: torch.nn.Module, part: tuple[torch.Tensor, torch.Tensor]
+def evaluate(model: torch.nn.Module, part: tuple[torch.Tensor, torch.Tensor]
               ) -> tuple[float, float]:
     """Eval-mode (loss, accuracy) over every image of `part` in one forward pass."""
     model.eval()
