@@ -10,7 +10,7 @@ early stopping kept the weights and what ended training, the split and the wall 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -109,20 +109,24 @@ def trajectory_table(summary: pd.DataFrame, controls: pd.DataFrame,
     null_rows: dict[tuple[str, str], list[dict]] = {}
     for r in ([] if nulls is None else nulls.to_dict("records")):
         null_rows.setdefault((r["model"], r["token_set"]), []).append(r)
-    rows = []
-    for model, seeds in _trajectories(dict.fromkeys(summary["model"])).items():
-        labels = list(dict.fromkeys(label for members in seeds.values() for label in members))
-        token_sets = dict.fromkeys(summary.loc[summary["model"].isin(
-            [n for members in seeds.values() for n in members.values()]), "token_set"])
-        for label in labels:
-            names = {seed: members[label] for seed, members in seeds.items() if label in members}
-            for token_set in token_sets:
-                rows.append(_trajectory_row(model, label, token_set, names, by_key, diff,
-                                            null_rows, records))
+    rows = [_trajectory_row(model, label, token_set, names, by_key, diff, null_rows, records)
+            for model, label, names, token_sets in _checkpoints(summary)
+            for token_set in token_sets]
     frame = pd.DataFrame(rows, columns=TRAJECTORY_COLUMNS)
     floats = [c for c in TRAJECTORY_COLUMNS if c.startswith(("rate_", "ci_", "control_",
                                                              "difference", "null_", "lift_"))]
     return frame.astype({c: np.float64 for c in floats})
+
+
+def _checkpoints(frame: pd.DataFrame) -> Iterator[tuple[str, str, dict[Any, str], list[str]]]:
+    """(trajectory, checkpoint label, seed -> model name, token sets) of every checkpoint of
+    every trajectory among `frame`'s models, in order."""
+    for model, seeds in _trajectories(dict.fromkeys(frame["model"])).items():
+        members = [n for names in seeds.values() for n in names.values()]
+        token_sets = list(dict.fromkeys(frame.loc[frame["model"].isin(members), "token_set"]))
+        for label in dict.fromkeys(label for names in seeds.values() for label in names):
+            yield model, label, {s: names[label] for s, names in seeds.items()
+                                 if label in names}, token_sets
 
 
 def _trajectories(models: Iterable[str]) -> dict[str, dict[Any, dict[str, str]]]:
@@ -243,30 +247,25 @@ def layer_trajectory_table(rates: pd.DataFrame) -> pd.DataFrame:
     for model, layer, _ in rate:
         layers.setdefault(model, []).append(layer)
     rows = []
-    for model, seeds in _trajectories(dict.fromkeys(rates["model"])).items():
-        labels = list(dict.fromkeys(label for members in seeds.values() for label in members))
-        token_sets = dict.fromkeys(rates.loc[rates["model"].isin(
-            [n for members in seeds.values() for n in members.values()]), "token_set"])
-        for label in labels:
-            names = {seed: members[label] for seed, members in seeds.items() if label in members}
-            depth = sorted(set().union(*(layers.get(n, []) for n in names.values())))
-            for token_set in token_sets:
-                for layer in depth:
-                    mine = [rate.get((names[s], layer, token_set), math.nan) for s in names]
-                    initial = [rate.get((control_name(_base(names[s])), layer, token_set),
-                                        math.nan) for s in names]
-                    differences = [r - c for r, c in zip(mine, initial, strict=True)]
-                    several = sum(math.isfinite(d) for d in differences) > 1
-                    mean, low, high = t_interval(mine)
-                    d_mean, d_low, d_high = t_interval(differences)
-                    rows.append({
-                        "model": model, "checkpoint": label, "token_set": token_set,
-                        "layer": layer, "seeds": [s for s in names if s is not None],
-                        "rates": _listed(mine), "rate_mean": mean, "ci_low": _within(low),
-                        "ci_high": _within(high), "differences": _listed(differences),
-                        "difference": d_mean, "difference_ci_low": d_low,
-                        "difference_ci_high": d_high,
-                        "interval": "seeds" if several else "none"})
+    for model, label, names, token_sets in _checkpoints(rates):
+        depth = sorted(set().union(*(layers.get(n, []) for n in names.values())))
+        for token_set in token_sets:
+            for layer in depth:
+                mine = [rate.get((names[s], layer, token_set), math.nan) for s in names]
+                initial = [rate.get((control_name(_base(names[s])), layer, token_set),
+                                    math.nan) for s in names]
+                differences = [r - c for r, c in zip(mine, initial, strict=True)]
+                several = sum(math.isfinite(d) for d in differences) > 1
+                mean, low, high = t_interval(mine)
+                d_mean, d_low, d_high = t_interval(differences)
+                rows.append({
+                    "model": model, "checkpoint": label, "token_set": token_set,
+                    "layer": layer, "seeds": [s for s in names if s is not None],
+                    "rates": _listed(mine), "rate_mean": mean, "ci_low": _within(low),
+                    "ci_high": _within(high), "differences": _listed(differences),
+                    "difference": d_mean, "difference_ci_low": d_low,
+                    "difference_ci_high": d_high,
+                    "interval": "seeds" if several else "none"})
     frame = pd.DataFrame(rows, columns=LAYER_COLUMNS)
     return frame.astype({c: np.float64 for c in LAYER_COLUMNS
                          if c.startswith(("rate_", "ci_", "difference"))
