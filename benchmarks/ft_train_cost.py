@@ -19,8 +19,8 @@ import torch
 import yaml
 
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_training
 from workers.models.registry import resolve_model
+from workers.models.trained.ft import training as ft_training
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
     dataset = open_dataset(DatasetSpec(kind="tabular", source=f"sklearn:{args.table}"))
     spec = resolve_model("ft-transformer", seed=args.seed, **options)
     wall, cpu = time.perf_counter(), time.process_time()
-    _, record = ft_training.train(spec, dataset.table, torch.device("cpu"))
+    record = ft_training.train(spec, dataset.table, device=torch.device("cpu"))[2]
     keys = ("test_score", "best_epoch", "epochs_run", "stopped_by", "split", "n_params",
             "torch_threads")
     print(json.dumps({"table": args.table, "seed": args.seed, **{k: record[k] for k in keys},

@@ -16,7 +16,7 @@ C spawned processes (multiprocessing) that run the test task's body (`run_test`)
 up: what this machine gives C processes doing this work, the ceiling of a pool. All pools start
 first and stay stopped (SIGSTOP) while another runs; then round by round, pool after pool (the
 order turned each round), the driver (this process) submits C x `--tasks-per-worker` test tasks
-as a sweep does (`sweep.driver.on_worker.run_on_worker`: read, restriction, check, radius,
+as a sweep does (`workers.on_worker.run_on_worker`: read, restriction, check, radius,
 rollout, results, marker) and gathers them. A store in a temporary folder per shard size holds
 the largest round's inputs of `benchmarks/stage_vs_tree.py`'s attention-like data (`shard(T)`,
 12 layers), in shards of `--shard-size` (`8,32`: every pool runs each). The first round warms up
@@ -167,7 +167,7 @@ class Pool:
     def execute(self, tasks: list[TestTask], tag: str) -> tuple[float, float, Spans]:
         """Submit every task as a sweep does and gather them: (start, end, each worker's
         compute spans, from the scheduler's task stream)."""
-        from sweep.driver.on_worker import run_on_worker
+        from workers.on_worker import run_on_worker
 
         with get_task_stream(self.client) as stream:
             start = time.time()
@@ -353,7 +353,7 @@ import json, pickle, sys
 def rss(field):
     with open("/proc/self/status") as status:
         return next(int(line.split()[1]) for line in status if line.startswith(field)) / 1024
-import workers.tasks.verdicts, sweep.driver.on_worker
+import workers.tasks.verdicts, workers.on_worker
 warm, task = pickle.loads(sys.stdin.buffer.read())
 out = {"imports": rss("VmRSS:")}
 workers.tasks.verdicts.run_test(warm)

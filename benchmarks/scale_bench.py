@@ -32,9 +32,9 @@ import numpy as np
 from distributed import as_completed, get_task_stream
 from PIL import Image
 
-import workers.models.ft_transformer  # noqa: F401 - imported before timing: a constant cost
 import workers.models.hf  # noqa: F401
 import workers.models.timm_  # noqa: F401
+import workers.models.trained.ft.adapter  # noqa: F401 - imported before timing: a constant cost
 from sweep.clusters.client import load_cluster_config, open_client
 from sweep.config.load import load_config
 from sweep.driver.graph import submit_tasks

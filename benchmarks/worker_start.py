@@ -8,7 +8,7 @@ Per round and tree: a fresh `dask worker ADDRESS --nthreads 1 --resources CPU=1`
 on PYTHONPATH, its folder the working directory, thread variables 1), as cluster.yaml tells a user
 to start one, joins a scheduler process; the driver (this process, this tree's task specs) sends
 it two test tasks one after the other, as its tree's sweep sends them (that tree's worker
-function, named by its path: `sweep.driver.on_worker.run_on_worker`, or before it existed
+function, named by its path: `workers.on_worker.run_on_worker`, or before it existed
 `sweep.driver.graph._run`), over one shard of `benchmarks/stage_vs_tree.py`'s attention-like
 data (T = `--t`, 12 layers, 8 inputs). Printed per tree, medians over the rounds after a
 warm-up round (numba's cache): seconds from the worker's start until the scheduler knows it, until
@@ -45,7 +45,9 @@ def call(path: str, *args: object) -> object:
 
 def worker_function(tree: Path) -> str:
     """What `tree`'s sweep sends a worker for each task."""
-    if (tree / "sweep" / "driver" / "on_worker.py").exists():
+    if (tree / "workers" / "on_worker.py").exists():
+        return "workers.on_worker.run_on_worker"
+    if (tree / "sweep" / "driver" / "on_worker.py").exists():  # before it moved to workers
         return "sweep.driver.on_worker.run_on_worker"
     return "sweep.driver.graph._run"
 

@@ -142,14 +142,14 @@ def test_an_ft_transformer_keeps_its_epochs_and_epoch_0_is_its_control(tmp_path)
     import torch
 
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models import ft_transformer
+    from workers.models.trained.ft import adapter as ft_transformer
 
     wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
     best = resolve_model("ft-transformer", **FT)
     plain = ft_transformer.ensure_checkpoint(best, wine, tmp_path / "plain")[0]
     two = resolve_model("ft-transformer", **FT, checkpoint=2, keep_epochs=[0, 2])
-    assert ft_transformer.checkpoint_key(two, wine.table) == \
-        ft_transformer.checkpoint_key(best, wine.table)
+    assert ft_transformer.FAMILY.checkpoint_key(two, wine.table) == \
+        ft_transformer.FAMILY.checkpoint_key(best, wine.table)
     weights, record = ft_transformer.ensure_checkpoint(two, wine, tmp_path / "kept")
     again = ft_transformer.ensure_checkpoint(best, wine, tmp_path / "kept")[0]
     assert all(torch.equal(plain[k], again[k]) for k in plain)  # keeping epochs changes nothing
@@ -164,17 +164,18 @@ def test_an_ft_transformer_keeps_its_epochs_and_epoch_0_is_its_control(tmp_path)
 
 def test_an_ft_epoch_after_early_stopping_is_a_one_line_error(tmp_path, monkeypatch):
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models import ft_transformer
+    from workers.models.trained.ft import adapter as ft_transformer
+    from workers.models.trained.ft import training
 
     wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
-    real = ft_transformer.train
+    real = training.train
 
-    def stops_after_two(spec, table, kept=None):  # patience ends it at epoch 2
-        state, record = real(resolve_model("ft-transformer", **{**FT, "max_epochs": 2}),
-                             table)
-        return state, {**record, "stopped_by": "patience"}
+    def stops_after_two(spec, table, keep=(), run=None):  # patience ends it at epoch 2
+        state, kept, record = real(resolve_model("ft-transformer", **{**FT, "max_epochs": 2}),
+                                   table, keep, run)
+        return state, kept, {**record, "stopped_by": "patience"}
 
-    monkeypatch.setattr(ft_transformer, "train", stops_after_two)
+    monkeypatch.setattr(training, "train", stops_after_two)
     late = resolve_model("ft-transformer", **FT, checkpoint=3)
     with pytest.raises(InputError, match=r"checkpoint epoch 3 is past the last epoch trained "
                                          r"\(2, stopped by patience\)"):

@@ -24,10 +24,11 @@ from sweep.config.load import load_config
 from sweep.driver.graph import DaskExecutor
 from sweep.driver.runner import InProcessExecutor, gather_facts, run_sweep
 from workers.inputs import open_dataset
-from workers.models import ft_transformer as ft_module
 from workers.models import hf as hf_module
 from workers.models.extraction import load_extractor, model_dataset
 from workers.models.registry import PRESETS, resolve_model
+from workers.models.trained.ft import adapter as ft_module
+from workers.models.trained.ft import training as ft_training
 
 TINY = sorted(name for name in PRESETS if name.startswith("tiny-"))
 DATASET_OF = {"image": "photos", "text": "topics", "tabular": "wine"}
@@ -89,7 +90,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
     for owner, name in [
         (PIL.Image, "open"), (torch, "load"), (safetensors.torch, "load_file"),
         (safetensors.torch, "load"),
-        (safetensors, "safe_open"), (hf_module, "build_model"), (ft_module, "train"),
+        (safetensors, "safe_open"), (hf_module, "build_model"), (ft_training, "train"),
         (ft_module, "ensure_checkpoint"), (workers.tasks.extract, "load_extractor"),
         (workers.tasks.extract, "prepare_model"),
     ]:
@@ -117,7 +118,7 @@ def test_sweep_plan_builds_no_model_loads_no_weights_and_decodes_no_image(
 def _record_preparations(monkeypatch, order: list[str], fail: bool = False) -> None:
     real_extract = workers.tasks.extract.run_extract
 
-    def prepare(spec, dataset, cache_dir):
+    def prepare(spec, dataset, cache_dir, report=None):
         order.append(f"prepare {spec.name}")
         if fail:
             raise RuntimeError("training diverged")
@@ -148,7 +149,7 @@ def test_preparation_runs_first_as_a_task_and_its_record_is_stored(tmp_path, mon
 
 def test_no_record_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.setattr(workers.tasks.extract, "prepare_model",
-                        lambda spec, dataset, cache_dir: None)
+                        lambda spec, dataset, cache_dir, report=None: None)
     config = load_config(write_config(tmp_path, {"ft": FT}))
     assert run_sweep(config, InProcessExecutor(), progress=False).exit_code == 0
     assert "training" not in zarr.open_group(str(Path(config.store) / "ft"), mode="r").attrs

@@ -16,10 +16,12 @@ from safetensors.torch import load_file
 from storage.errors import InputError
 from workers.exact.token_kinds import TokenKind
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_transformer
 from workers.models.extraction import load_extractor, model_dataset, prepare_model
-from workers.models.ft_data import init_model, split_indices
 from workers.models.registry import resolve_model
+from workers.models.trained.ft import adapter as ft_transformer
+from workers.models.trained.ft import training as ft_training
+from workers.models.trained.ft.data import init_model
+from workers.models.trained.split import split_indices
 
 TINY = dict(n_blocks=2, d_block=16, max_epochs=2, patience=1)
 SPEC = resolve_model("ft-transformer", **TINY)  # last_block: skip (the default)
@@ -58,7 +60,7 @@ def test_the_record_round_trips_from_the_cache_without_retraining(cache, wine, m
     def no_training(*args):
         raise AssertionError("trained again")
 
-    monkeypatch.setattr(ft_transformer, "train", no_training)
+    monkeypatch.setattr(ft_training, "train", no_training)
     assert prepare_model(SPEC, wine, directory) == records[SPEC]
     assert load_extractor(SPEC, dataset=wine, cache_dir=directory, device="cpu").n_layers == 1
 

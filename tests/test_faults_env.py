@@ -188,8 +188,8 @@ def test_half_created_store_is_reported_as_such(tmp_path, capsys):
 
 def test_truncated_cached_checkpoint_is_named(tmp_path, capsys):
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models.ft_transformer import checkpoint_path
     from workers.models.registry import resolve_model
+    from workers.models.trained.ft.adapter import checkpoint_path
 
     spec = resolve_model("ft-transformer")
     table = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine")).table

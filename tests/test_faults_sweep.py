@@ -240,7 +240,7 @@ def test_refusals_write_nothing(tmp_path, reference, capsys):
 
 
 def test_changed_ft_options_are_refused_before_any_training(tmp_path, capsys, monkeypatch):
-    import workers.models.ft_transformer as ft
+    import workers.models.trained.ft.training as ft
 
     def ft_sweep(options: str) -> Path:
         path = tmp_path / "sweep.yaml"

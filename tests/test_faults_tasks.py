@@ -125,8 +125,8 @@ def test_a_disk_that_fills_mid_run_is_one_line_exit_3_and_the_rerun_completes(
 
 def test_a_truncated_cached_checkpoint_ends_a_sweep_run_with_exit_4(tmp_path, capsys):
     from workers.inputs import DatasetSpec, open_dataset
-    from workers.models.ft_transformer import checkpoint_path
     from workers.models.registry import resolve_model
+    from workers.models.trained.ft.adapter import checkpoint_path
 
     path = tmp_path / "sweep.yaml"
     path.write_text(f"store: s.zarr\nshard_size: 2\nretries: 0\nmatched_nulls: null\n"

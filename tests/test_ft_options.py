@@ -7,8 +7,8 @@ from dataclasses import replace
 import pytest
 
 from storage.errors import InputError
-from workers.models.ft_options import measured_layers
 from workers.models.registry import ModelSpec, resolve_model
+from workers.models.trained.ft.options import measured_layers
 
 
 @pytest.mark.parametrize(

@@ -12,16 +12,16 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from workers.inputs import Table
-from workers.models import ft_training
-from workers.models.ft_data import (
+from workers.models.registry import resolve_model
+from workers.models.trained.ft import training as ft_training
+from workers.models.trained.ft.data import (
     encode,
     fit_preprocessing,
     fit_quantiles,
     n_quantiles,
     quantile_transform,
-    table_split,
 )
-from workers.models.registry import resolve_model
+from workers.models.trained.split import table_split
 
 
 def make_table(rows: int = 300, seed: int = 0) -> Table:
@@ -46,7 +46,7 @@ def test_the_default_recipe_is_the_papers():
     options = resolve_model("ft-transformer").options
     assert (options["preprocessing"], options["batch_size"], options["n_blocks"]) == \
         ("quantile", 256, 3)
-    from workers.models.ft_data import architecture
+    from workers.models.trained.ft.data import architecture
 
     arch = architecture(options)
     assert (arch["d_block"], arch["attention_n_heads"]) == (192, 8)
@@ -127,7 +127,7 @@ def test_the_training_record_names_the_preprocessing():
     for kind in ("quantile", "standard"):
         spec = resolve_model("ft-transformer", n_blocks=2, d_block=8, max_epochs=1,
                              preprocessing=kind)
-        _, record = ft_training.train(spec, table)
+        record = ft_training.train(spec, table)[2]
         named = record["hyperparameters"]["preprocessing"]
         assert named["kind"] == kind and named["fitted_on"] == "train rows"
         if kind == "quantile":

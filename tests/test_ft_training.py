@@ -10,29 +10,42 @@ import torch
 from safetensors.torch import load_file
 
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_training, ft_transformer
 from workers.models.extraction import load_extractor, prepare_model
-from workers.models.ft_data import STATS_PREFIX, encode, init_model, table_split
 from workers.models.registry import resolve_model
+from workers.models.trained.ft import adapter as ft_transformer
+from workers.models.trained.ft import training as ft_training
+from workers.models.trained.ft.data import STATS_PREFIX, encode, init_model
+from workers.models.trained.loop import Recipe, copy_weights, run_epochs
+from workers.models.trained.split import table_split
+
+
+class Scripted(Recipe):
+    """Validation losses read from a script; the weights are the epoch's number."""
+
+    def __init__(self, losses: list[float], patience: int) -> None:
+        self.losses, self.epochs, self.patience = losses, len(losses), patience
+        self.model = torch.nn.Linear(1, 1, bias=False)
+        self.modules, self.optimizers, self.schedules = {"model": self.model}, [], []
+        self.generators, self.buffers = {}, {}
+
+    def epoch(self, epoch: int) -> dict[str, float]:
+        with torch.no_grad():
+            self.model.weight.fill_(epoch)
+        return {"val_loss": self.losses[epoch - 1]}
+
+    def weights(self):
+        return copy_weights(self.model)
 
 
 def test_early_stopping_keeps_the_lowest_loss_weights_and_counts_patience():
-    model = torch.nn.Linear(1, 1, bias=False)
-    stopper = ft_training.EarlyStopping(patience=2)
-    decisions = []
-    for epoch, loss in enumerate([3.0, 1.0, 2.0, 1.0, 0.5], start=1):
-        with torch.no_grad():
-            model.weight.fill_(epoch)
-        decisions.append(stopper.update(epoch, loss, model))
     # Epoch 4 ties epoch 2's loss: not lower, so the patience count runs on and stops there.
-    assert decisions == [False, False, False, True, False]
-    stopper = ft_training.EarlyStopping(patience=2)
-    for epoch, loss in enumerate([3.0, 1.0, 2.0], start=1):
-        with torch.no_grad():
-            model.weight.fill_(epoch)
-        stopper.update(epoch, loss, model)
-    assert (stopper.best_epoch, stopper.best_loss) == (2, 1.0)
-    assert float(stopper.best_state["weight"]) == 2.0  # a copy of epoch 2's weights
+    outcome = run_epochs(Scripted([3.0, 1.0, 2.0, 1.0, 0.5], patience=2), "m", 0, {3})
+    assert (outcome.epochs_run, outcome.stopped_by) == (4, "patience")
+    assert (outcome.best_epoch, outcome.best_value) == (2, 1.0)
+    assert float(outcome.best["weight"]) == 2.0  # a copy of epoch 2's weights
+    assert float(outcome.kept[3]["weight"]) == 3.0
+    outcome = run_epochs(Scripted([3.0, 1.0, 2.0], patience=2), "m", 0, set())
+    assert (outcome.epochs_run, outcome.stopped_by, outcome.best_epoch) == (3, "max_epochs", 2)
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +157,7 @@ def test_a_binary_table_trains_two_logits_with_cross_entropy_as_the_recipe_table
     table documents the difference (changing it would retrain every binary FT model)."""
     from pathlib import Path
 
-    from workers.models.ft_data import output_size
+    from workers.models.trained.ft.data import output_size
 
     losses = []
     real = torch.nn.CrossEntropyLoss
@@ -160,7 +173,7 @@ def test_a_binary_table_trains_two_logits_with_cross_entropy_as_the_recipe_table
     model = init_model(spec.options, spec.seed, noisy.table)
     head = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
     assert head.out_features == 2  # the output layer: one logit per class
-    record = ft_training.train(spec, noisy.table)[1]
+    record = ft_training.train(spec, noisy.table)[2]
     assert losses and record["hyperparameters"]["loss"] == "cross_entropy"
     recipe = (Path(__file__).parent.parent / "docs" / "ft-transformer.md").read_text()
     row = next(line for line in recipe.splitlines() if line.startswith("| loss and output head"))

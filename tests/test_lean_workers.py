@@ -2,7 +2,7 @@
 baselines and nulls, never imports torch, transformers or timm (issue 42).
 
 The test tasks' modules (`workers.tasks.verdicts`, `.nulls`) and what a worker unpickles to run
-them (`sweep.driver.on_worker.run_on_worker`, the task specs) import numpy, numba and zarr only;
+them (`workers.on_worker.run_on_worker`, the task specs) import numpy, numba and zarr only;
 the extraction side (`workers.tasks.extract`) keeps torch to itself.
 """
 
@@ -27,7 +27,7 @@ MAX_RSS_MB = 350  # issue 42: a test worker after a sweep (748 MB before the spl
 
 PROBE = """
 import pickle, sys
-from sweep.driver.on_worker import run_on_worker
+from workers.on_worker import run_on_worker
 from workers.task_specs import BaselineTask, NullTask, TestTask
 import workers.tasks.nulls, workers.tasks.verdicts
 from workers.tasks import STAGE_BODIES

@@ -36,7 +36,7 @@ took 67-78 s on the 2-core machine (one `sweep extract vit-digits` alone: 36 s),
 CHILD = f"""
 import sys
 from sweep.cli.entry import main
-from workers.models.trained_vit import options
+from workers.models.trained.vit import options
 options.DEFAULTS["epochs"] = {DIGITS_EPOCHS}
 presets, inputs = sys.argv[1].split(","), __import__("json").loads(sys.argv[2])
 for preset in presets:

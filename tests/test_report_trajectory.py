@@ -81,8 +81,10 @@ def test_one_seed_reads_the_intervals_over_inputs():
     assert table.iloc[1]["ci_low"] == pytest.approx(0.27)  # the headline's own interval
     assert math.isnan(table.iloc[1]["epoch"])  # no record: the best epoch is unknown
     found = trajectory_findings(table, "wilson").set_index("kind")["text"]
-    assert "at no checkpoint does the rate separate from its random-init control" in \
+    assert "not resolved from its random-init control at any checkpoint" in \
         found["over_training_vs_control"]
+    assert "no difference shown, which is not evidence of none" in \
+        found["over_training_vs_control"]  # never "no change"
 
 
 def test_the_checkpoints_of_a_store_as_one_xarray_dataset(tmp_path):
@@ -104,3 +106,50 @@ def test_the_checkpoints_of_a_store_as_one_xarray_dataset(tmp_path):
     report = build_report(tree, store=str(path))
     assert list(report.trajectory["checkpoint"]) == ["epoch 0", "best"]
     assert '"trajectory": [' in render_json(report)
+
+
+def test_per_layer_the_paired_difference_from_the_initialisation_has_a_t_interval_over_seeds():
+    """The unit is the training run: a layer's rate in each seed minus its control's at the same
+    layer, one value per seed, and Student's t across them (docs/training.md)."""
+    from sweep.report.training import layer_markdown, layer_trajectory_table
+
+    layer_rates = {  # seed -> (control's layer 0, 1), (best's layer 0, 1)
+        0: ((0.9, 0.1), (0.5, 0.2)), 1: ((0.1, 0.8), (0.3, 0.9)), 2: ((0.5, 0.5), (0.1, 0.6))}
+    rows = []
+    for seed, (control, best) in layer_rates.items():
+        for name, rates in ((f"vit@seed{seed}@random-init", control), (f"vit@seed{seed}", best),
+                            (f"vit@seed{seed}@epoch0", control)):
+            rows += [{"model": name, "layer": layer, "token_set": "all", "rate": rate}
+                     for layer, rate in enumerate(rates)]
+    table = layer_trajectory_table(pd.DataFrame(rows))
+    best = table[(table["checkpoint"] == "best") & (table["layer"] == 0)].iloc[0]
+    assert best["differences"] == pytest.approx([-0.4, 0.2, -0.4])
+    sd = math.sqrt(sum((d + 0.2) ** 2 for d in (-0.4, 0.2, -0.4)) / 2)
+    half = 4.302653 * sd / math.sqrt(3)
+    assert best["difference"] == pytest.approx(-0.2)
+    assert (best["difference_ci_low"], best["difference_ci_high"]) == pytest.approx(
+        (-0.2 - half, -0.2 + half))
+    assert best["interval"] == "seeds" and best["seeds"] == [0, 1, 2]
+    zero = table[table["checkpoint"] == "epoch 0"]
+    assert list(zero["difference"]) == [0.0, 0.0]  # epoch 0 is the control's weights
+    lines = layer_markdown(table)
+    assert "| best | -20.0 [" in "\n".join(lines).replace("−", "-").replace("+", "")
+
+
+def test_two_objectives_are_compared_seed_by_seed_at_each_checkpoint():
+    from sweep.report.training import pair_findings, trajectory_pairs
+
+    rates = {}
+    for seed, (a, b) in enumerate(((0.30, 0.20), (0.42, 0.30), (0.41, 0.30))):
+        for name, rate in (("vit", b), ("dino", a)):
+            rates.update({f"{name}@seed{seed}@epoch0": 0.3, f"{name}@seed{seed}": rate})
+    table = trajectory_pairs(summary_of(rates), [("dino", "vit")])
+    best = table[table["checkpoint"] == "best"].iloc[0]
+    assert best["differences"] == pytest.approx([0.10, 0.12, 0.11]) and best["seeds"] == [0, 1, 2]
+    half = 4.302653 * 0.01 / math.sqrt(3)  # sd 0.01
+    assert (best["difference_ci_low"], best["difference_ci_high"]) == pytest.approx(
+        (0.11 - half, 0.11 + half))
+    (text,) = pair_findings(table)["text"]
+    assert text.startswith("dino (all): tighter than vit at the kept weights, +11.0 pp [+8.5, "
+                           "+13.5] (t across 3 seeds, paired by seed)")
+    assert table[table["checkpoint"] == "epoch 0"].iloc[0]["difference"] == 0.0

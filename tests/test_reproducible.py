@@ -19,10 +19,10 @@ from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.test_pruned_kernel import family
 from tests.test_sweep_local import arrays, write_config
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models import ft_transformer
 from workers.models.determinism import TORCH_THREADS, fixed_torch
 from workers.models.extraction import prepare_model
 from workers.models.registry import resolve_model
+from workers.models.trained.ft import adapter as ft_transformer
 
 SPEC = resolve_model("ft-transformer", n_blocks=2, d_block=32, max_epochs=4, patience=4)
 

@@ -14,8 +14,9 @@ from workers.inputs import DatasetSpec, open_dataset
 from workers.inputs.digests import input_digests
 from workers.models.extraction import load_extractor, model_dataset, prepare_model
 from workers.models.registry import resolve_model
-from workers.models.trained_vit import adapter
-from workers.models.trained_vit.data import init_model
+from workers.models.trained.cache import epoch_key, read_record
+from workers.models.trained.vit import adapter
+from workers.models.trained.vit.data import init_model
 
 TINY = {"depth": 2, "embed_dim": 16, "num_heads": 2, "epochs": 3}
 
@@ -74,14 +75,15 @@ def test_training_is_the_same_on_one_and_on_two_threads(tmp_path, digits):
 def test_an_epoch_asked_for_later_is_trained_again_to_the_same_bits(tmp_path, digits):
     best = spec()
     prepare_model(best, digits, tmp_path)
-    key = adapter.checkpoint_key(best, digits.table)
+    key = adapter.FAMILY.checkpoint_key(best, digits.table)
     before = (tmp_path / key).read_bytes()
-    assert adapter.checkpoint_key(spec(checkpoint=2, keep_epochs=[1, 2]), digits.table) == key
+    assert adapter.FAMILY.checkpoint_key(spec(checkpoint=2, keep_epochs=[1, 2]),
+                                         digits.table) == key
     weights, _ = adapter.ensure_checkpoint(spec(checkpoint=2), digits, tmp_path)
     assert (tmp_path / key).read_bytes() == before  # the same training, the same best weights
-    stored = load((tmp_path / adapter.epoch_key(key, 2)).read_bytes())
+    stored = load((tmp_path / epoch_key(key, 2)).read_bytes())
     assert all(torch.equal(weights[k], stored[k]) for k in stored)
-    record = adapter._read_record(locate(tmp_path), key)
+    record = read_record(locate(tmp_path), key)
     assert record["best_epoch"] in (1, 2, 3) and len(record["history"]["val_loss"]) == 3
 
 
@@ -131,3 +133,32 @@ def test_sweep_show_says_which_digit_and_draws_it_with_its_patches(digits):
     assert about.picture.shape == (8, 8, 3) and about.patch == 2
     np.testing.assert_array_equal(about.picture[:, :, 0], np.asarray(digits.load([5])[0]))
     assert about.labels[1] == "patch (0, 0)" and about.labels[16] == "patch (3, 3)"
+
+
+def test_the_two_other_objectives_train_the_same_architecture_and_record_a_linear_probe(
+        tmp_path, digits):
+    """DINO (no labels: the teacher's ViT is kept, the last epoch) and DeiT (a DIST token after
+    CLS, taught by a convnet): each keeps its epochs and scores its features with a probe."""
+    tiny = {"depth": 1, "embed_dim": 8, "num_heads": 2, "epochs": 2, "batch_size": 256}
+    dino = resolve_model("vit-digits", objective="dino", keep_epochs=[0], **tiny)
+    record = prepare_model(dino, digits, tmp_path)
+    assert record["objective"] == "dino" and record["best_epoch"] == 2  # the last epoch
+    assert set(record["probe"]) == {"kept", "initial"} and record["test_score"] == \
+        record["probe"]["kept"]["test"]
+    assert set(record["history"]) == {"train_loss", "val_knn_accuracy", "test_knn_accuracy"}
+    deit = resolve_model("vit-digits", objective="distilled", **tiny)
+    record = prepare_model(deit, digits, tmp_path)
+    assert record["hyperparameters"]["teacher"]["test_accuracy"] > 0.5
+    measured = model_dataset(deit, digits)
+    extractor = load_extractor(deit, dataset=measured, cache_dir=tmp_path)
+    item = extractor.extract(measured.load([0]), measured.ids[:1])[0]
+    assert item.attention.shape == (1, 18, 18)  # CLS, DIST, 16 patches
+    assert list(item.token_kind[:3]) == [1, 4, 0]
+    from workers.models.token_layout import token_layout
+
+    assert token_layout(deit).tokens == 18 and token_layout(dino).tokens == 17
+    assert spec(objective="supervised") == spec()  # the default, named: the same model
+    with pytest.raises(InputError, match="objective distilled reads CLS and DIST"):
+        spec(objective="distilled", reg_tokens=1)
+    with pytest.raises(InputError, match=r"option objective='mae' must be one of"):
+        spec(objective="mae")

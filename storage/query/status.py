@@ -8,7 +8,9 @@ baseline), and a group whose own document is damaged is that entry alone. A
 store whose creation never finished (no `config` root attribute: the driver writes it last)
 raises StoreDamagedError instead of showing an empty table. A model whose results were compacted
 (`storage.compaction`) has a `compact` entry: its marker vouches for the compacted objects, and
-its test markers for its results no more (`storage.integrity.still_vouched`).
+its test markers for its results no more (`storage.integrity.still_vouched`). A model in
+training (a progress record and no prepare marker: `storage.markers`) has a pending `prepare`
+entry while it trains, before its marker exists.
 """
 
 from __future__ import annotations
@@ -28,7 +30,14 @@ from storage.layout import (
     STAGES,
 )
 from storage.location import StoreLike, locate
-from storage.markers import MarkerIndex, marker_key, marker_name, read_state
+from storage.markers import (
+    MarkerIndex,
+    TrainingProgress,
+    marker_key,
+    marker_name,
+    read_progress,
+    read_state,
+)
 from storage.store import open_root
 
 MISSING = "group"  # the stage of a StageStatus standing for a deleted group
@@ -86,6 +95,7 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
     index = MarkerIndex(location)
     damaged = scan_store(location, depth=FULL if verify else STAT)
     models = root.attrs.get("models", [])
+    training = read_progress(location)
     damage = metadata_damage(location, models)
     metadata: dict[str, dict[str, str]] = {}
     for d in damage:
@@ -100,7 +110,8 @@ def store_status(store: StoreLike, *, verify: bool = False) -> list[StageStatus]
             out.append(StageStatus(model, MISSING, pending=1, missing=True))
             continue
         n_shards = root[model].attrs["n_shards"]
-        if index.done(model, PREPARE_STAGE) or index.failed(model, PREPARE_STAGE):
+        if (index.done(model, PREPARE_STAGE) or index.failed(model, PREPARE_STAGE)
+                or model in training):
             out.append(_count(index, model, PREPARE_STAGE, [PREPARE_STAGE], damaged))
         for stage in STAGES:
             names = [marker_name(stage, shard) for shard in range(n_shards)]
@@ -138,8 +149,8 @@ class AttentionHeld:
 
 
 def attention_held(store: StoreLike) -> list[AttentionHeld]:
-    """Per model: inputs of extracted shards less those whose attention was dropped
-    (`storage.attention`), from one listing of the markers."""
+    """Per model with an extracted shard: inputs of extracted shards less those whose attention
+    was dropped (`storage.attention`), from one listing of the markers."""
     location = locate(store)
     root = open_root(location)
     index = MarkerIndex(location)
@@ -156,7 +167,19 @@ def attention_held(store: StoreLike) -> list[AttentionHeld]:
         done = [(shard, shard * size, min(shard * size + size, n))
                 for shard in range(attrs["n_shards"])
                 if index.done(model, marker_name(EXTRACT_STAGE, shard))]
+        if not done:  # nothing extracted yet: nothing to hold or to drop
+            continue
         mine = {shard: inputs for (scope, shard), inputs in dropped.items() if scope == model}
         policy = AttentionPolicy.parse(attrs.get("attention", "keep"))
         out.append(AttentionHeld(model, held_inputs(done, mine), n, str(policy)))
     return out
+
+
+def training_now(store: StoreLike) -> list[TrainingProgress]:
+    """The progress records of the store's models whose preparation is not done (in training,
+    or stopped while training), in the store's model order."""
+    location = locate(store)
+    index = MarkerIndex(location)
+    records = read_progress(location)
+    models = open_root(location).attrs.get("models", [])
+    return [records[m] for m in models if m in records and not index.done(m, PREPARE_STAGE)]

@@ -63,6 +63,7 @@ from __future__ import annotations
 import importlib
 import json
 from dataclasses import dataclass
+from typing import Any
 
 from storage.attention import EXTRACT_STAGE
 from storage.layout import BASELINE_GROUP, BASELINE_STAGE, NULLS_STAGE
@@ -72,6 +73,7 @@ from sweep.clusters.shapes import pool_shapes
 from sweep.driver.plan import ModelPlan, SweepPlan, prepare_key
 from workers.models.registry import OPTION_MODULES, resolve_model
 from workers.models.token_layout import needs_preparation
+from workers.models.trained.options import MEASUREMENT_ONLY, training_options
 
 
 @dataclass(frozen=True)
@@ -453,8 +455,8 @@ def training_runs(plan: SweepPlan, rows: dict[str, int],
 
 def _run_key(model: ModelPlan) -> str:
     spec = model.spec
-    trained = importlib.import_module(OPTION_MODULES[spec.family]).training_options
-    return json.dumps([spec.name, spec.seed, trained(spec.options), model.dataset.to_dict()],
+    return json.dumps([spec.name, spec.seed, _training_options(spec.family, spec.options),
+                       model.dataset.to_dict()],
                       sort_keys=True, default=str)
 
 
@@ -482,11 +484,17 @@ EPOCH_OPTIONS = ("epochs", "max_epochs", "patience")
 def _differs_from_recipe(model: ModelPlan) -> bool:
     """Whether `model`'s training options, epochs aside, differ from its recipe's defaults."""
     spec = model.spec
-    trained = importlib.import_module(OPTION_MODULES[spec.family]).training_options
     mine, recipe = (
-        {k: v for k, v in trained(options).items() if k not in EPOCH_OPTIONS}
+        {k: v for k, v in _training_options(spec.family, options).items()
+         if k not in EPOCH_OPTIONS}
         for options in (spec.options, resolve_model(spec.name).options))
     return mine != recipe
+
+
+def _training_options(family: str, options: dict[str, Any]) -> dict[str, Any]:
+    """The options that determine a trained family's training (its checkpoint key's)."""
+    module = importlib.import_module(OPTION_MODULES[family])
+    return training_options(options, getattr(module, "MEASUREMENT_ONLY", MEASUREMENT_ONLY))
 
 
 def null_trial_seconds(n: float) -> float:

@@ -10,7 +10,7 @@ Preparation and extraction take the `GPU` resource, tests and baseline chunks th
 arguments (a test its shard's extraction, an extraction its model's preparation), so it runs
 after them and never runs if one failed. Futures carry only the small frozen task specs; workers
 load models once through `workers.tasks`' per-process cache; a worker imports only
-`sweep.driver.on_worker` and the modules of the stages it runs.
+`workers.on_worker` and the modules of the stages it runs.
 """
 
 from __future__ import annotations
@@ -20,12 +20,13 @@ import heapq
 
 from distributed import Client, Future, as_completed
 
-from sweep.driver.on_worker import run_on_worker
 from sweep.driver.plan import ExtractTask, SweepPlan, Task, test_key
 from sweep.driver.runner import failure_text
+from sweep.driver.training_watch import TrainingWatch
 from sweep.terminal.interrupts import raise_if_interrupted
 from sweep.terminal.progress import progress as progress_reporter
 from sweep.terminal.quiet_logs import QuietTaskFailures, drop_compute_failed, quiet_shutdown
+from workers.on_worker import run_on_worker
 
 PRIORITY = {"test": 1}  # tests of extracted shards before new extractions (default 0)
 
@@ -121,7 +122,9 @@ def submit_tasks(client: Client, plan: SweepPlan, tasks: list[Task],
 
 class DaskExecutor:
     """Runs tasks on a `distributed.Client` with a progress bar on a terminal, a plain line
-    every 30 s off one (`sweep.terminal.progress`; `open_client` prints the dashboard address)."""
+    every 30 s off one (`sweep.terminal.progress`; `open_client` prints the dashboard address);
+    while models train, the progress names them with their epoch and validation score, and its
+    ETA counts the training left (`sweep.driver.training_watch`)."""
 
     def __init__(self, client: Client, in_flight: int | None = None,
                  shared: bool = False) -> None:
@@ -151,7 +154,11 @@ class DaskExecutor:
         outcomes: dict[str, str | None] = {}
         errors: dict[str, BaseException] = {}
         running = as_completed(submitter.submit_ready())
-        bar = progress_reporter(len(tasks), "sweep", "task", enabled=progress)
+        training = {t.key: t.model for t in tasks if t.stage == "prepare"}
+        watch = TrainingWatch(plan.config.store_ref, training.values()) if training else None
+        bar = progress_reporter(len(tasks), "sweep", "task", enabled=progress,
+                                note=None if watch is None else watch.note,
+                                training_total=len(training))
         try:
             for future in running:
                 raise_if_interrupted()  # a Ctrl-C that a compiler callback swallowed
@@ -164,7 +171,9 @@ class DaskExecutor:
                         "lost client); rerun to resume")
                 else:
                     outcomes[future.key] = None
-                bar.update(failed=int(future.key in errors))
+                if watch is not None and future.key in training:
+                    watch.done(training[future.key])
+                bar.update(failed=int(future.key in errors), training=future.key in training)
                 submitter.finished(future.key)
                 for new in submitter.submit_ready():
                     running.add(new)

@@ -22,6 +22,7 @@ from storage.errors import InputError
 from storage.fingerprint import fingerprint
 from storage.layout import head_labels
 from storage.location import StoreRef
+from sweep.config.checkpoints import CHECKPOINT_NAME
 from sweep.config.schema import SweepConfig
 from workers.exact.equality import row_sum_tolerance
 from workers.inputs import DatasetSpec
@@ -281,10 +282,16 @@ class SweepPlan:
 
     def depends_on(self, task: Task) -> tuple[str, ...]:
         """Keys of the tasks `task` must wait for, possibly none: a test waits for its shard's
-        extraction, an extraction for its model's preparation (when the model has one), a
-        size-matched null task for every test task of its model."""
+        extraction, an extraction for its model's preparation (when the model has one), the
+        preparation of a checkpoint model (`<name>@epoch<k>`) for its trained model's (their
+        one training run: trained once, then found in the cache), a size-matched null task for
+        every test task of its model."""
         if isinstance(task, TestTask):
             return (extract_key(task.model, task.shard),)
+        if isinstance(task, PrepareTask):
+            match = CHECKPOINT_NAME.match(task.model)
+            trained = match and match["epoch"] is not None and prepare_key(match["model"])
+            return (trained,) if trained in self._prepare_keys else ()
         if isinstance(task, ExtractTask) and prepare_key(task.model) in self._prepare_keys:
             return (prepare_key(task.model),)
         if isinstance(task, NullTask):

@@ -54,10 +54,12 @@ from sweep.driver.plan import (
     check_plan_size,
 )
 from sweep.driver.preflight import check_before_lock, check_plan_fits_store
+from sweep.driver.training_watch import TrainingWatch
 from sweep.driver.weights import ATTR as WEIGHTS_ATTR
 from sweep.driver.weights import check_weights, weights_record
 from sweep.terminal.faults import EXIT_INTERRUPTED, TASK_FAILURE, classify
 from sweep.terminal.interrupts import Interrupted, raise_if_interrupted
+from sweep.terminal.progress import LineProgress
 from workers.inputs import Dataset, open_dataset
 from workers.models.extraction import model_dataset
 from workers.models.registry import resolve_model
@@ -305,6 +307,8 @@ class InProcessExecutor:
 
     With `reraise`, the first task that keeps failing stops the run: `execute_plan` records its
     failed marker, then re-raises the task's own exception (with its traceback) for debugging.
+    With `progress`, a line per task and, while a model trains, a progress line every 30 s
+    naming it (`sweep.driver.training_watch`).
     """
 
     def __init__(self, *, reraise: bool = False) -> None:
@@ -314,6 +318,19 @@ class InProcessExecutor:
 
     def execute(self, plan: SweepPlan, tasks: list[Task], retries: int,
                 progress: bool) -> tuple[dict[str, str | None], list[str]]:
+        training = {t.key: t.model for t in tasks if t.stage == PREPARE_STAGE}
+        if not (progress and training):
+            return self._execute(plan, tasks, retries, progress, None)
+        watch = TrainingWatch(plan.config.store_ref, training.values())
+        line = LineProgress(len(tasks), "sweep", "task", sys.stderr, heartbeat=True,
+                            note=watch.note, training_total=len(training))
+        try:  # a line every 30 s while a task trains, as a batch log gets from a cluster's run
+            return self._execute(plan, tasks, retries, progress, (line, watch, training))
+        finally:
+            line.close(final=False)
+
+    def _execute(self, plan: SweepPlan, tasks: list[Task], retries: int, progress: bool,
+                 watched: tuple | None) -> tuple[dict[str, str | None], list[str]]:
         outcomes: dict[str, str | None] = {}
         blocked: list[str] = []
         stopped: set[str] = set()  # failed or blocked: what depends on them is blocked too
@@ -331,6 +348,11 @@ class InProcessExecutor:
             if progress:
                 print(f"{task.key}: {'done' if error is None else error_line(error)}",
                       file=sys.stderr)
+            if watched is not None:
+                line, watch, training = watched
+                if task.key in training:
+                    watch.done(training[task.key])
+                line.update(failed=int(error is not None), training=task.key in training)
             if error is not None and self.reraise:
                 self.raised = (task.key, error)
                 break

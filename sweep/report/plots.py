@@ -277,32 +277,43 @@ def _log_margins(tree: xr.DataTree, name: str | None, token_set: str) -> np.ndar
     return np.log10(np.clip(margin, MARGIN_FLOOR, 1.0))
 
 
+TRAJECTORY_COLOURS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown")
+
+
 @matplotlib.rc_context(PLAIN_TEXT)
 def trajectory_figure(report: Report) -> Figure:
-    """Rate against checkpoint (evenly spaced, in order), one panel per model and reading: the
-    mean with its interval, each seed's rate, the control's band (orange) and the nulls' (grey)."""
+    """Rate against checkpoint (evenly spaced, in order), one panel per reading, every
+    trajectory (model: e.g. one per training objective) in a colour of its own: the mean with its
+    interval and each seed's rate; the size-matched nulls' band (grey: the lowest to the highest
+    null rate of every trajectory)."""
     table = report.trajectory
-    panels_ = list(dict.fromkeys(zip(table["model"], table["token_set"], strict=True)))
-    figure, axes = _grid(len(panels_), 1, 7.0, 3.0)
-    for ax, (model, token_set) in zip(axes[:, 0], panels_, strict=True):
-        rows = table[(table["model"] == model) & (table["token_set"] == token_set)]
-        x = np.arange(len(rows))
-        low, high = rows["ci_low"].to_numpy(), rows["ci_high"].to_numpy()
-        mean = rows["rate_mean"].to_numpy()
-        ax.fill_between(x, rows["null_low"], rows["null_high"], color="tab:gray", alpha=0.3,
+    token_sets = list(dict.fromkeys(table["token_set"]))
+    models = list(dict.fromkeys(table["model"]))
+    figure, axes = _grid(len(token_sets), 1, 7.0, 3.2)
+    for ax, token_set in zip(axes[:, 0], token_sets, strict=True):
+        mine = table[table["token_set"] == token_set]
+        labels = list(dict.fromkeys(mine["checkpoint"]))
+        bands = mine.groupby("checkpoint", sort=False)
+        ax.fill_between(np.arange(len(labels)), bands["null_low"].min().reindex(labels),
+                        bands["null_high"].max().reindex(labels), color="tab:gray", alpha=0.3,
                         label="size-matched nulls (lowest to highest rate)")
-        ax.fill_between(x, rows["control_ci_low"], rows["control_ci_high"], color="tab:orange",
-                        alpha=0.2, label="random-init control (95% interval)")
-        ax.errorbar(x, mean, yerr=[np.clip(mean - low, 0, None), np.clip(high - mean, 0, None)],
-                    color="tab:blue", marker="o", capsize=3, label="trained (mean, 95% interval)")
-        for k, seeds in enumerate(rows["rates"]):
-            values = [v for v in seeds if v is not None]
-            ax.scatter([k] * len(values), values, s=10, color="black", zorder=3,
-                       label="each seed" if k == 0 else None)
-        ax.set_xticks(x, [c.replace("epoch ", "") for c in rows["checkpoint"]])
+        for i, model in enumerate(models):
+            colour = TRAJECTORY_COLOURS[i % len(TRAJECTORY_COLOURS)]
+            rows = mine[mine["model"] == model]
+            x = np.array([labels.index(c) for c in rows["checkpoint"]], dtype=float)
+            x += 0.12 * (models.index(model) - (len(models) - 1) / 2)  # side by side
+            low, high = rows["ci_low"].to_numpy(), rows["ci_high"].to_numpy()
+            mean = rows["rate_mean"].to_numpy()
+            ax.errorbar(x, mean, yerr=[np.clip(mean - low, 0, None),
+                                       np.clip(high - mean, 0, None)],
+                        color=colour, marker="o", capsize=3, label=f"{model} (mean, 95% CI)")
+            for k, seeds in zip(x, rows["rates"], strict=True):
+                values = [v for v in seeds if v is not None]
+                ax.scatter([k] * len(values), values, s=6, color=colour, alpha=0.5, zorder=3)
+        ax.set_xticks(np.arange(len(labels)), [c.replace("epoch ", "") for c in labels])
         ax.set_xlabel("checkpoint (epoch)")
         ax.set_ylim(-0.02, 1.02)
         ax.set_ylabel("holding rate")
-        ax.set_title(f"{model}: {TOKEN_SET_LABELS.get(token_set, token_set)}", fontsize=10)
+        ax.set_title(TOKEN_SET_LABELS.get(token_set, token_set), fontsize=10)
     _legend_below(figure, axes)
     return figure

@@ -91,6 +91,10 @@ class Report:
     findings: pd.DataFrame | None = None  # model, token_set, kind: what the intervals support
     trajectory: pd.DataFrame | None = None  # model, checkpoint, token_set: tightness over
     # training (`sweep.report.training.trajectory_table`); None without checkpoint sweeps
+    trajectory_layers: pd.DataFrame | None = None  # ... and layer: per-layer paired
+    # differences from the initialisation (`sweep.report.training.layer_trajectory_table`)
+    trajectory_pairs: pd.DataFrame | None = None  # model, other, checkpoint, token_set: two
+    # comparable trajectories (e.g. two objectives), paired by seed (`...training`)
 
 
 def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
@@ -122,10 +126,15 @@ def build_report(tree: xr.DataTree, store: str = "", tol: float | None = None,
                                                   report.nulls, report.training)
     if trajectory.empty:
         return replace(report, findings=findings)
-    over_training = report_training.trajectory_findings(trajectory, report.ci_method)
+    pairs_table = report_training.trajectory_pairs(
+        report.summary, report_training.comparable_trajectories(tree))
+    over_training = pd.concat([report_training.trajectory_findings(trajectory, report.ci_method),
+                               report_training.pair_findings(pairs_table)], ignore_index=True)
     findings = pd.concat([findings, over_training], ignore_index=True) if findings is not None \
         else over_training
-    return replace(report, findings=findings, trajectory=trajectory)
+    return replace(report, findings=findings, trajectory=trajectory,
+                   trajectory_layers=report_training.layer_trajectory_table(report.rates),
+                   trajectory_pairs=None if pairs_table.empty else pairs_table)
 
 
 def _build_wilson(tree: xr.DataTree, store: str, tol: float | None) -> Report:
@@ -346,6 +355,8 @@ def render_markdown(report: Report) -> str:
         over_training = None if report.findings is None else report.findings[
             report.findings["kind"].isin(report_training.FINDING_KINDS)]
         out += report_training.trajectory_markdown(report.trajectory, over_training)
+        out += report_training.layer_markdown(report.trajectory_layers)
+        out += report_training.pair_markdown(report.trajectory_pairs)
     out += ["## Detail: intervals and precision", ""]
     if report.intervals is not None:
         out += ["Per-input (cluster bootstrap) beside Wilson intervals of the headline rates: "
@@ -369,7 +380,10 @@ ABSENT_TABLES = {"heads": "no model keeps each head (option heads: each)",
                  "intervals": "the bootstrap table needs --ci bootstrap",
                  "precision": "the store was written before decision radii",
                  "trajectory": "no model is swept over its checkpoints (checkpoints: or "
-                               "revision:)"}
+                               "revision:)",
+                 "trajectory_layers": "no model is swept over its checkpoints (checkpoints: or "
+                                      "revision:)",
+                 "trajectory_pairs": "no two trajectories of one family on one dataset"}
 """Why an optional table (a `Report` field that may be None) is missing from a store's report."""
 
 

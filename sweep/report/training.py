@@ -10,7 +10,7 @@ early stopping kept the weights and what ended training, the split and the wall 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -109,20 +109,24 @@ def trajectory_table(summary: pd.DataFrame, controls: pd.DataFrame,
     null_rows: dict[tuple[str, str], list[dict]] = {}
     for r in ([] if nulls is None else nulls.to_dict("records")):
         null_rows.setdefault((r["model"], r["token_set"]), []).append(r)
-    rows = []
-    for model, seeds in _trajectories(dict.fromkeys(summary["model"])).items():
-        labels = list(dict.fromkeys(label for members in seeds.values() for label in members))
-        token_sets = dict.fromkeys(summary.loc[summary["model"].isin(
-            [n for members in seeds.values() for n in members.values()]), "token_set"])
-        for label in labels:
-            names = {seed: members[label] for seed, members in seeds.items() if label in members}
-            for token_set in token_sets:
-                rows.append(_trajectory_row(model, label, token_set, names, by_key, diff,
-                                            null_rows, records))
+    rows = [_trajectory_row(model, label, token_set, names, by_key, diff, null_rows, records)
+            for model, label, names, token_sets in _checkpoints(summary)
+            for token_set in token_sets]
     frame = pd.DataFrame(rows, columns=TRAJECTORY_COLUMNS)
     floats = [c for c in TRAJECTORY_COLUMNS if c.startswith(("rate_", "ci_", "control_",
                                                              "difference", "null_", "lift_"))]
     return frame.astype({c: np.float64 for c in floats})
+
+
+def _checkpoints(frame: pd.DataFrame) -> Iterator[tuple[str, str, dict[Any, str], list[str]]]:
+    """(trajectory, checkpoint label, seed -> model name, token sets) of every checkpoint of
+    every trajectory among `frame`'s models, in order."""
+    for model, seeds in _trajectories(dict.fromkeys(frame["model"])).items():
+        members = [n for names in seeds.values() for n in names.values()]
+        token_sets = list(dict.fromkeys(frame.loc[frame["model"].isin(members), "token_set"]))
+        for label in dict.fromkeys(label for names in seeds.values() for label in names):
+            yield model, label, {s: names[label] for s, names in seeds.items()
+                                 if label in names}, token_sets
 
 
 def _trajectories(models: Iterable[str]) -> dict[str, dict[Any, dict[str, str]]]:
@@ -223,7 +227,167 @@ def _listed(values: list[float]) -> list[float | None]:
     return [v if math.isfinite(v) else None for v in values]
 
 
-FINDING_KINDS = ("over_training_vs_control", "over_training_vs_nulls")
+LAYER_COLUMNS = ["model", "checkpoint", "token_set", "layer", "seeds", "rates", "rate_mean",
+                 "ci_low", "ci_high", "differences", "difference", "difference_ci_low",
+                 "difference_ci_high", "interval"]
+"""One row per trajectory, checkpoint, token set and layer: the layer's rate in each seed
+(`rates`, over that seed's inputs) with their mean and t interval across seeds, and each seed's
+paired difference from its initialisation at the same layer and inputs (`differences`: the
+layer's rate at the checkpoint - the seed's random-init control's, which is epoch 0's weights),
+with their mean and t interval across seeds. `interval`: "seeds" (t across seeds; the unit is
+the training run) or "none" (one seed: a layer's verdicts over one run's inputs say nothing of
+another run, docs/training.md)."""
+
+
+def layer_trajectory_table(rates: pd.DataFrame) -> pd.DataFrame:
+    """The per-layer rows (LAYER_COLUMNS) from the report's per-layer rates table."""
+    rate = {(r["model"], int(r["layer"]), r["token_set"]): float(r["rate"])
+            for r in rates.to_dict("records")}
+    layers: dict[str, list[int]] = {}
+    for model, layer, _ in rate:
+        layers.setdefault(model, []).append(layer)
+    rows = []
+    for model, label, names, token_sets in _checkpoints(rates):
+        depth = sorted(set().union(*(layers.get(n, []) for n in names.values())))
+        for token_set in token_sets:
+            for layer in depth:
+                mine = [rate.get((names[s], layer, token_set), math.nan) for s in names]
+                initial = [rate.get((control_name(_base(names[s])), layer, token_set),
+                                    math.nan) for s in names]
+                differences = [r - c for r, c in zip(mine, initial, strict=True)]
+                several = sum(math.isfinite(d) for d in differences) > 1
+                mean, low, high = t_interval(mine)
+                d_mean, d_low, d_high = t_interval(differences)
+                rows.append({
+                    "model": model, "checkpoint": label, "token_set": token_set,
+                    "layer": layer, "seeds": [s for s in names if s is not None],
+                    "rates": _listed(mine), "rate_mean": mean, "ci_low": _within(low),
+                    "ci_high": _within(high), "differences": _listed(differences),
+                    "difference": d_mean, "difference_ci_low": d_low,
+                    "difference_ci_high": d_high,
+                    "interval": "seeds" if several else "none"})
+    frame = pd.DataFrame(rows, columns=LAYER_COLUMNS)
+    return frame.astype({c: np.float64 for c in LAYER_COLUMNS
+                         if c.startswith(("rate_", "ci_", "difference"))
+                         and c != "differences"})
+
+
+def layer_markdown(table: pd.DataFrame | None) -> list[str]:
+    """Per trajectory and token set: a row per checkpoint, a column per layer, each cell the
+    mean paired difference from the initialisation with its t interval across seeds."""
+    if table is None or table.empty:
+        return []
+    out = ["Per layer: checkpoint - initialisation at the same layer and inputs, mean over seeds "
+           "in percentage points [95% t interval across seeds; the unit is the training run, "
+           "so a layer's near-identical verdicts over one run's inputs count once]:", ""]
+    for (model, token_set), group in table.groupby(["model", "token_set"], sort=False):
+        layers = sorted(dict.fromkeys(group["layer"]))
+        out += [f"{model} ({token_set}):", "",
+                "| checkpoint | " + " | ".join(f"layer {k}" for k in layers) + " |",
+                "|---|" + "---|" * len(layers)]
+        for label, rows in group.groupby("checkpoint", sort=False):
+            cells = {int(r["layer"]): f"{_pp(r['difference'])} [{_pp(r['difference_ci_low'])}, "
+                     f"{_pp(r['difference_ci_high'])}]" for r in rows.to_dict("records")}
+            out.append(f"| {label} | " + " | ".join(cells.get(k, "–") for k in layers) + " |")
+        out.append("")
+    return out
+
+
+PAIR_COLUMNS = ["model", "other", "checkpoint", "token_set", "seeds", "differences",
+                "difference", "difference_ci_low", "difference_ci_high", "interval"]
+"""One row per pair of comparable trajectories (`comparable_trajectories`: e.g. the same ViT
+trained with two objectives), checkpoint they share and token set: `model`'s rate minus
+`other`'s in each seed they share (paired by seed: the same split, and the same initial weights
+where the architectures match), with the mean and its t interval across those seeds
+(`interval`: "seeds"; "none" with fewer than two)."""
+
+
+def comparable_trajectories(tree: xr.DataTree) -> list[tuple[str, str]]:
+    """Pairs (model, other) of the trajectories of `tree` trained by the same family on the
+    same dataset, `other` the one first in store order."""
+    key: dict[str, str] = {}
+    for model, seeds in _trajectories(model_names(tree)).items():
+        name = next(iter(next(iter(seeds.values())).values()))
+        attrs = tree[name].attrs
+        spec, dataset = attrs.get("model_spec", {}), attrs.get("dataset_spec", {})
+        key[model] = f"{spec.get('family')}|{sorted(dataset.items())}"
+    models = list(key)
+    return [(a, b) for i, a in enumerate(models) for b in models[:i] if key[a] == key[b]]
+
+
+def trajectory_pairs(summary: pd.DataFrame, pairs: list[tuple[str, str]]) -> pd.DataFrame:
+    """The PAIR_COLUMNS rows of `pairs` from the report's headline table."""
+    rate = {(r["model"], r["token_set"]): float(r["rate"]) for r in summary.to_dict("records")}
+    groups = _trajectories(dict.fromkeys(summary["model"]))
+    rows = []
+    for model, other in pairs:
+        mine, theirs = groups[model], groups[other]
+        seeds = [s for s in mine if s in theirs]
+        labels = [label for label in dict.fromkeys(
+            label for s in seeds for label in mine[s]) if all(
+            label in mine[s] and label in theirs[s] for s in seeds)]
+        for label in labels:
+            for token_set in dict.fromkeys(summary["token_set"]):
+                differences = [rate.get((mine[s][label], token_set), math.nan)
+                               - rate.get((theirs[s][label], token_set), math.nan) for s in seeds]
+                if not any(math.isfinite(d) for d in differences):
+                    continue
+                mean, low, high = t_interval(differences)
+                rows.append({"model": model, "other": other, "checkpoint": label,
+                             "token_set": token_set, "seeds": [s for s in seeds if s is not None],
+                             "differences": _listed(differences), "difference": mean,
+                             "difference_ci_low": low, "difference_ci_high": high,
+                             "interval": "seeds" if math.isfinite(low) else "none"})
+    frame = pd.DataFrame(rows, columns=PAIR_COLUMNS)
+    return frame.astype({c: np.float64 for c in ("difference", "difference_ci_low",
+                                                 "difference_ci_high")})
+
+
+def pair_findings(table: pd.DataFrame) -> pd.DataFrame:
+    """Per pair of trajectories and token set, at `best` (the kept weights): whether `model` is
+    tighter or looser than `other`, read on the t interval across seeds. Records with the
+    findings table's columns (kind `over_training_compared`)."""
+    rows = []
+    for r in table[table["checkpoint"] == BEST_LABEL].to_dict("records"):
+        side = _side(r["difference_ci_low"], r["difference_ci_high"])
+        seeds = f"t across {len(r['seeds'])} seeds, paired by seed"
+        interval = (f"{_pp(r['difference'])} pp [{_pp(r['difference_ci_low'])}, "
+                    f"{_pp(r['difference_ci_high'])}]")
+        if side:
+            word = "tighter" if side == 1 else "looser"
+            text = (f"{r['model']} ({r['token_set']}): {word} than {r['other']} at the kept "
+                    f"weights, {interval} ({seeds})")
+        else:
+            text = (f"{r['model']} ({r['token_set']}): not resolved from {r['other']} at the "
+                    f"kept weights, {interval} ({seeds}): no difference shown, which is not "
+                    f"evidence of none")
+        rows.append({"model": r["model"], "token_set": r["token_set"],
+                     "kind": "over_training_compared", "estimate": r["difference"],
+                     "ci_low": r["difference_ci_low"], "ci_high": r["difference_ci_high"],
+                     "text": text, "ci_method": "t across seeds"})
+    return pd.DataFrame(rows, columns=["model", "token_set", "kind", "estimate", "ci_low",
+                                       "ci_high", "text", "ci_method"])
+
+
+def pair_markdown(table: pd.DataFrame | None) -> list[str]:
+    """The comparison of trajectories: a row per pair, checkpoint and token set."""
+    if table is None or table.empty:
+        return []
+    out = ["Trajectories side by side (the same family on the same dataset, e.g. one "
+           "architecture trained by two objectives): model - other in percentage points, mean "
+           "over the seeds both have, paired by seed [95% t interval across seeds]:", "",
+           "| model - other | checkpoint | token set | difference [95% CI] | per seed |",
+           "|---|---|---|---|---|"]
+    for r in table.to_dict("records"):
+        out.append(f"| {r['model']} - {r['other']} | {r['checkpoint']} | {r['token_set']} | "
+                   f"{_pp(r['difference'])} [{_pp(r['difference_ci_low'])}, "
+                   f"{_pp(r['difference_ci_high'])}] | "
+                   f"{', '.join(_pp(v) for v in r['differences'])} |")
+    return [*out, ""]
+
+
+BEST_LABEL = "best"
+FINDING_KINDS = ("over_training_vs_control", "over_training_vs_nulls", "over_training_compared")
 
 
 def trajectory_findings(table: pd.DataFrame, ci_method: str) -> pd.DataFrame:
@@ -260,8 +424,8 @@ def _finding(model: str, token_set: str, kind: str, sides: list, what: str,
     words = {1: "tighter than", -1: "looser than"}
     if not separated:
         at, estimate, low, high = sides[-1][0], math.nan, math.nan, math.nan
-        text = (f"{model} ({token_set}): at no checkpoint does the rate separate from {what} "
-                f"(every 95% interval includes 0)")
+        text = (f"{model} ({token_set}): not resolved from {what} at any checkpoint (every "
+                f"95% interval includes 0: no difference shown, which is not evidence of none)")
     else:
         at, direction = separated[0]
         tail = [s for _, s in sides[sides.index((at, direction)):]]
@@ -290,6 +454,11 @@ def trajectory_markdown(table: pd.DataFrame | None, findings: pd.DataFrame | Non
             "rate, the random-init control (epoch 0's weights for a model trained here), "
             "trained - control in percentage points, and the size-matched nulls' band (lowest "
             "to highest null rate).", "",
+            "Unit of the intervals across seeds: the training run (seed). A seed's verdicts "
+            "cluster by layer (at initialisation a layer's verdict is nearly the same for "
+            "every input), and its layers share one run, so each seed's rate (and paired "
+            "difference) is one observation; with one seed the interval is over that run's "
+            "inputs and says nothing of another run.", "",
             "| model | checkpoint | epoch | token set | rate [95% CI] | per seed | control "
             "[95% CI] | trained - control [95% CI] | nulls' band |",
             "|---|---|---|---|---|---|---|---|---|"]

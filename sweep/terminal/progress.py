@@ -3,14 +3,21 @@
 
 tqdm cannot do the second: off a terminal it either writes its carriage-return updates into the
 log or (`disable=None`) nothing at all, so the plain line is written here.
+
+A run may add a `Note` to its progress (`note`, asked at each line, and every few seconds for
+the bar): a text (the models in training, their epoch and validation score) and a better ETA
+than the task rate's (a run that trains first finishes its first tasks slowly: its rate
+understates what comes after).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol, TextIO
 
 from tqdm import tqdm
@@ -19,10 +26,38 @@ INTERVAL_S = 30.0
 """Seconds between two plain lines off a terminal (the last line is written at the end)."""
 
 
-class Progress(Protocol):
-    """What a run's loop calls: `update` per finished task (`failed`: it failed), `close` once."""
+@dataclass(frozen=True)
+class Counts:
+    """A run's counts so far, as a `Note` is asked for them: tasks done and failed, all of them,
+    the training tasks among them (done or failed, and all), and the seconds since the start."""
 
-    def update(self, n: int = 1, *, failed: int = 0) -> None: ...
+    done: int
+    failed: int
+    total: int
+    training_finished: int
+    training_total: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class Note:
+    """What a run adds to its progress: `text` after the counts, and `remaining_s`, the ETA it
+    gives instead of the task rate's (None: the rate's; NaN: unknown; with `at_least`, a lower
+    bound: `ETA > 3m10s`)."""
+
+    text: str = ""
+    remaining_s: float | None = None
+    at_least: bool = False
+
+
+Noter = Callable[[Counts], Note]
+
+
+class Progress(Protocol):
+    """What a run's loop calls: `update` per finished task (`failed`: it failed; `training`: it
+    was a training task), `close` once."""
+
+    def update(self, n: int = 1, *, failed: int = 0, training: bool = False) -> None: ...
 
     def close(self, final: bool = True) -> None: ...
 
@@ -45,10 +80,12 @@ class LineProgress:
 
     def __init__(self, total: int, desc: str, unit: str, stream: TextIO, *,
                  interval: float = INTERVAL_S, heartbeat: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, note: Noter | None = None,
+                 training_total: int = 0) -> None:
         self.total, self.desc, self.unit, self.stream = total, desc, unit, stream
-        self.interval, self.clock = interval, clock
-        self.done = self.failed = 0
+        self.interval, self.clock, self.note = interval, clock, note
+        self.done = self.failed = self.training_finished = 0
+        self.training_total = training_total
         self.start = self.last = clock()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -57,18 +94,22 @@ class LineProgress:
             self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
             self._thread.start()
 
+    def counts(self) -> Counts:
+        """The counts so far (for a `Note`)."""
+        return Counts(self.done, self.failed, self.total, self.training_finished,
+                      self.training_total, self.clock() - self.start)
+
     def line(self) -> str:
-        """The current counts, rate and remaining time as one line."""
-        finished = self.done + self.failed
-        elapsed = self.clock() - self.start
-        rate = finished / elapsed if elapsed > 0 else 0.0
+        """The current counts, rate and remaining time as one line, then the note's text."""
+        counts = self.counts()
+        note = self.note(counts) if self.note is not None else Note()
+        finished = counts.done + counts.failed
+        rate = finished / counts.elapsed if counts.elapsed > 0 else 0.0
         pending = self.total - finished
-        if pending == 0:
-            tail = f"elapsed {duration(elapsed)}"
-        else:
-            tail = f"ETA {duration(pending / rate)}" if rate > 0 else "ETA unknown"
+        text = f"; {note.text}" if note.text else ""
         return (f"{self.desc}: {self.done}/{self.total} {self.unit}s done, {pending} pending, "
-                f"{self.failed} failed, {rate:.2f} {self.unit}s/s, {tail}")
+                f"{self.failed} failed, {rate:.2f} {self.unit}s/s, "
+                f"{remaining(pending, rate, counts.elapsed, note)}{text}")
 
     def tick(self) -> None:
         """Write the line if `interval` seconds have passed since the last one."""
@@ -84,10 +125,11 @@ class LineProgress:
         while not self._stop.wait(self.interval / 4):
             self.tick()
 
-    def update(self, n: int = 1, *, failed: int = 0) -> None:
+    def update(self, n: int = 1, *, failed: int = 0, training: bool = False) -> None:
         with self._lock:
             self.done += n - failed
             self.failed += failed
+            self.training_finished += n if training else 0
         self.tick()
 
     def close(self, final: bool = True) -> None:
@@ -103,27 +145,76 @@ class LineProgress:
                 self._write()
 
 
+def remaining(pending: int, rate: float, elapsed: float, note: Note) -> str:
+    """`elapsed 1m00s` when nothing is pending, else `ETA 2m00s` (the note's, else the rate's)
+    or `ETA unknown`."""
+    if pending == 0:
+        return f"elapsed {duration(elapsed)}"
+    seconds = note.remaining_s if note.remaining_s is not None else (
+        pending / rate if rate > 0 else math.nan)
+    if math.isnan(seconds):
+        return "ETA unknown"
+    return f"ETA {'> ' if note.at_least else ''}{duration(seconds)}"
+
+
+BAR_REFRESH_S = 2.0
+"""Seconds between two refreshes of the bar's note (its models in training, its ETA)."""
+
+
 class BarProgress:
-    """tqdm's bar (a terminal), with the failed count beside it once one failed."""
+    """tqdm's bar (a terminal), with the failed count beside it once one failed; with a `note`,
+    the note's ETA and text instead of tqdm's remaining time, refreshed every BAR_REFRESH_S."""
 
-    def __init__(self, total: int, desc: str, unit: str, stream: TextIO) -> None:
-        self.bar = tqdm(total=total, desc=desc, unit=unit, file=stream)
-        self.failed = 0
+    def __init__(self, total: int, desc: str, unit: str, stream: TextIO, *,
+                 note: Noter | None = None, training_total: int = 0) -> None:
+        form = None if note is None else "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+        self.bar = tqdm(total=total, desc=desc, unit=unit, file=stream, bar_format=form)
+        self.failed = self.training_finished = 0
+        self.note, self.training_total = note, training_total
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = None
+        if note is not None:
+            self._thread = threading.Thread(target=self._beat, name="progress", daemon=True)
+            self._thread.start()
 
-    def update(self, n: int = 1, *, failed: int = 0) -> None:
-        if failed:
+    def _postfix(self) -> str:
+        parts = [f"failed={self.failed}"] if self.failed else []
+        if self.note is not None:
+            elapsed = self.bar.format_dict["elapsed"]
+            done = self.bar.n - self.failed
+            counts = Counts(done, self.failed, self.bar.total, self.training_finished,
+                            self.training_total, elapsed)
+            note = self.note(counts)
+            rate = self.bar.n / elapsed if elapsed > 0 else 0.0
+            parts.append(remaining(self.bar.total - self.bar.n, rate, elapsed, note))
+            parts += [note.text] if note.text else []
+        return ", ".join(parts)
+
+    def _beat(self) -> None:
+        while not self._stop.wait(BAR_REFRESH_S):
+            with self._lock:
+                self.bar.set_postfix_str(self._postfix())
+
+    def update(self, n: int = 1, *, failed: int = 0, training: bool = False) -> None:
+        with self._lock:
             self.failed += failed
-            self.bar.set_postfix(failed=self.failed, refresh=False)
-        self.bar.update(n)
+            self.training_finished += n if training else 0
+            if failed or self.note is not None:
+                self.bar.set_postfix_str(self._postfix(), refresh=False)
+            self.bar.update(n)
 
     def close(self, final: bool = True) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
         self.bar.close()
 
 
 class NoProgress:
     """`--no-progress`: nothing."""
 
-    def update(self, n: int = 1, *, failed: int = 0) -> None:
+    def update(self, n: int = 1, *, failed: int = 0, training: bool = False) -> None:
         pass
 
     def close(self, final: bool = True) -> None:
@@ -131,12 +222,16 @@ class NoProgress:
 
 
 def progress(total: int, desc: str, unit: str, *, enabled: bool = True,
-             stream: TextIO | None = None, interval: float = INTERVAL_S) -> Progress:
+             stream: TextIO | None = None, interval: float | None = None,
+             note: Noter | None = None, training_total: int = 0) -> Progress:
     """The progress reporter for `stream` (default stderr): a bar on a terminal, plain lines
-    off one, nothing when not `enabled`."""
+    every `interval` seconds (default INTERVAL_S) off one, nothing when not `enabled`; `note`
+    adds to it (`training_total`: the training tasks among the `total`)."""
     stream = sys.stderr if stream is None else stream
+    interval = INTERVAL_S if interval is None else interval
     if not enabled:
         return NoProgress()
     if stream.isatty():
-        return BarProgress(total, desc, unit, stream)
-    return LineProgress(total, desc, unit, stream, interval=interval, heartbeat=True)
+        return BarProgress(total, desc, unit, stream, note=note, training_total=training_total)
+    return LineProgress(total, desc, unit, stream, interval=interval, heartbeat=True, note=note,
+                        training_total=training_total)

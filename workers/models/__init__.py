@@ -1,7 +1,8 @@
 """The models: frozen specs naming a family, its source and token layout, and their adapters.
 
 `registry` holds `ModelSpec`, the presets and `resolve_model`; one module per family (`hf`,
-`timm_`, `ft_transformer`, named in `registry.FAMILY_MODULES`) holds its `Extractor`, its
+`timm_`, and the models trained here in `trained/`, named in `registry.FAMILY_MODULES`) holds
+its `Extractor`, its
 `build_extractor` and its `token_layout`; `extraction` captures the attention of a built model;
 `token_layout` sizes a model from its spec alone, for the driver.
 """

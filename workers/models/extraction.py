@@ -1,12 +1,12 @@
 """Model + inputs -> per input, per layer, the head-averaged attention over its real tokens
 (or every head's, for a spec whose `heads` option is `each`).
 
-Each family adapter (`workers.models.hf`, `.timm_`, `.ft_transformer`) subclasses `Extractor`:
-it prepares a batch (model inputs, each input's real-token positions and token kinds), installs
-hooks that hand every layer's (batch, heads, query, key) probabilities to a sink, and runs the
-forward pass. The sink averages heads as each layer is produced (`heads: mean`, the default), so
-one layer's (batch, heads, T, T) is the most ever held, or keeps them all (`heads: each`); padding
-masks keys only and is cropped away here.
+Each family adapter (`workers.models.hf`, `.timm_`, `.trained.ft.adapter`,
+`.trained.vit.adapter`) subclasses `Extractor`: it prepares a batch (model inputs, each input's
+real-token positions and token kinds), installs hooks that hand every layer's (batch, heads,
+query, key) probabilities to a sink, and runs the forward pass. The sink averages heads as each
+layer is produced (`heads: mean`, the default), so one layer's (batch, heads, T, T) is the most
+ever held, or keeps them all (`heads: each`); padding masks keys only and is cropped away here.
 
 Two sinks, the same maps: `Extractor.extract` (the straightforward path: every layer kept, then
 `assemble` crops each input into arrays of its own) and `ChunkSink` (what a sweep's extraction
@@ -302,15 +302,17 @@ def default_cache_dir() -> Path:
 
 
 def prepare_model(
-    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None
+    spec: ModelSpec, dataset: Any = None, cache_dir: StoreLike | None = None,
+    report: Callable[[Any], None] | None = None,
 ) -> dict[str, Any] | None:
-    """Train and cache what a model needs before workers load it (FT-Transformer): its JSON-able
-    training record (the cached one when the checkpoint exists). None for models that need no
-    preparation (pretrained and tiny models, random-init controls)."""
+    """Train and cache what a model needs before workers load it (the models trained here): its
+    JSON-able training record (the cached one when the checkpoint exists). None for models that
+    need no preparation (pretrained and tiny models, random-init controls). `report` receives
+    the training's progress (`storage.markers.TrainingProgress`) as it trains."""
     prepare = getattr(family_module(spec), "prepare", None)
     if prepare is None:
         return None
-    return prepare(spec, dataset, cache_dir or default_cache_dir())
+    return prepare(spec, dataset, cache_dir or default_cache_dir(), report)
 
 
 def model_dataset(spec: ModelSpec, dataset: Any) -> Any:

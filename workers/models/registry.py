@@ -26,13 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from storage.errors import EnvironmentFault, InputError
-from workers.models import ft_options
 
 FAMILY_MODULES: dict[str, str] = {
     "hf": "workers.models.hf",
     "timm": "workers.models.timm_",
-    "ft-transformer": "workers.models.ft_transformer",
-    "vit-trained": "workers.models.trained_vit.adapter",
+    "ft-transformer": "workers.models.trained.ft.adapter",
+    "vit-trained": "workers.models.trained.vit.adapter",
 }
 """The model families and their modules: each defines `build_extractor(spec, dataset,
 cache_dir, device, dtype)` (see `workers.models.extraction`) and `token_layout(spec, dataset)` (its
@@ -41,8 +40,8 @@ cache_dir)` (a training record, or None) and `model_dataset(spec, dataset)` (the
 measured on). A new family is one module and its line here."""
 FAMILIES = tuple(FAMILY_MODULES)
 OPTION_MODULES: dict[str, str] = {
-    "ft-transformer": "workers.models.ft_options",
-    "vit-trained": "workers.models.trained_vit.options",
+    "ft-transformer": "workers.models.trained.ft.options",
+    "vit-trained": "workers.models.trained.vit.options",
 }
 """The families the project trains itself, and the module whose `check(name, options)` fills in
 and checks their options at resolve time (`DEFAULTS`, `training_options`)."""
@@ -143,8 +142,6 @@ _TINY_HF_TEXT = dict(
 _TINY_TIMM = dict(image_size=64, patch_size=16, embed_dim=32, depth=2, num_heads=4)
 STUDY_IMAGE_SIZE = 224  # input resolution of the study's image presets (option `image_size`)
 
-FT_DEFAULTS = ft_options.DEFAULTS  # FT-Transformer options and their defaults (ft_options)
-
 PRESETS: dict[str, ModelSpec] = {
     spec.name: spec
     for spec in [
@@ -175,10 +172,11 @@ PRESETS: dict[str, ModelSpec] = {
                   config=_cfg(image_size=STUDY_IMAGE_SIZE)),
         ModelSpec("vit-base-16-orig", "timm", "vit_base_patch16_224.orig_in21k_ft_in1k", "image",
                   config=_cfg(image_size=STUDY_IMAGE_SIZE)),
-        ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False,
-                  config=_cfg(**FT_DEFAULTS)),
+        # The FT-Transformer trained by the project on a table (docs/ft-transformer.md); its
+        # options are `workers.models.trained.ft.options`, filled in at resolve time.
+        ModelSpec("ft-transformer", "ft-transformer", "", "tabular", pretrained=False),
         # A small ViT trained by the project on scikit-learn's 8 x 8 digits (docs/training.md);
-        # its options are `workers.models.trained_vit.options`, filled in at resolve time.
+        # its options are `workers.models.trained.vit.options`, filled in at resolve time.
         ModelSpec("vit-digits", "vit-trained", "", "image", pretrained=False),
         # Tiny randomly initialised models: the production path, no download.
         ModelSpec(
@@ -213,7 +211,7 @@ def resolve_model(source: str, **options: Any) -> ModelSpec:
     """Turn a preset name or a source form into a `ModelSpec`; InputError names the valid forms.
 
     Options: `modality` (hf: image|text, inferred from the config when absent), `weights`
-    (timm: local .safetensors file), FT-Transformer hyperparameters (keys of `FT_DEFAULTS`),
+    (timm: local .safetensors file), the options of a model trained here (`OPTION_MODULES`),
     `image_size` (image models: input pixels), `seed`, `random_init` (a control: seeded random
     weights, no weights loaded), `heads` (one of HEADS_MODES).
     """

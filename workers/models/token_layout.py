@@ -11,7 +11,7 @@ for images and tables, one tokenizer pass (no model) for text. Each family's mod
   adapter that has no model, so the plan and extraction cannot drift apart.
 - `timm` (`workers.models.timm_`): the architecture is built on torch's `meta` device (no memory,
   no weights).
-- `ft-transformer` (`workers.models.ft_transformer`): CLS + one token per feature of the table;
+- `ft-transformer` (`workers.models.trained.ft.adapter`): CLS + one token per feature of the table;
   the measured blocks are the layers. Nothing trained.
 
 Every layout also gives the heads of each layer (`n_heads`): the store keeps that many maps per

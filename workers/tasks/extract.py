@@ -22,7 +22,7 @@ from storage.errors import ExtractionError, InputError
 from storage.fingerprint import canonical_json
 from storage.integrity import checksums, written_by
 from storage.layout import DEVICE_ROLLOUT
-from storage.markers import mark_done
+from storage.markers import clear_progress, mark_done, progress_writer
 from storage.store import (
     open_model,
     write_attention,
@@ -100,15 +100,19 @@ def fresh_digests(task: ExtractTask) -> tuple[Dataset, tuple[str, ...]]:
 
 
 def run_prepare(task: PrepareTask) -> int:
-    """Prepare (train) the model, keep its training record in the store if it returns one, then
-    the marker. Holds the process's model lock throughout: torch's global RNG, which seeded
-    training and seeded model builds draw from, is shared by every thread of a worker."""
+    """Prepare (train) the model, its progress in the store as it trains (`storage.markers`),
+    keep its training record in the store if it returns one, then the marker. Holds the
+    process's model lock throughout: torch's global RNG, which seeded training and seeded model
+    builds draw from, is shared by every thread of a worker."""
     dataset = cached_dataset(task.dataset)
     with CACHE_LOCK:
-        record = prepare_model(task.spec, dataset, task.cache_dir)
+        record = prepare_model(task.spec, dataset, task.cache_dir,
+                               report=progress_writer(task.store, task.model))
     if record is not None:
         write_training_record(task.store, task.model, record)
     mark_done(task.store, task.scope, task.marker)
+    if record is not None:
+        clear_progress(task.store, task.model)
     return 1
 
 

@@ -47,7 +47,7 @@ def numba_threads(threads: int) -> Iterator[None]:
 @contextlib.contextmanager
 def worker_cores(cores: int) -> Iterator[None]:
     """Within the block, tasks run in this thread may use `cores` cores (`task_cores`): a Dask
-    worker's threads, set by `sweep.driver.on_worker.run_on_worker`."""
+    worker's threads, set by `workers.on_worker.run_on_worker`."""
     token = _WORKER_CORES.set(max(1, int(cores)))
     try:
         yield

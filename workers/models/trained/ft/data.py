@@ -1,10 +1,10 @@
-"""FT-Transformer's view of a table: the seeded split, the feature preprocessing, the model's
-inputs and its seeded initial architecture.
+"""FT-Transformer's view of a table: the feature preprocessing, the model's inputs and its seeded
+initial architecture.
 
-Functions of a spec's options, its seed and a `Table`: training, the extractor, the random-init
-control and the driver's planning (`model_rows`) all derive the same split, preprocessing and
-initial weights from them. Tokens: CLS, then the continuous features, then the categorical
-ones (each group in column order), as the library orders them.
+Functions of a spec's options, its seed and a `Table`: training, the extractor and the
+random-init control derive the same preprocessing and initial weights from them (and the same
+split: `workers.models.trained.split`). Tokens: CLS, then the continuous features, then the
+categorical ones (each group in column order), as the library orders them.
 """
 
 from __future__ import annotations
@@ -22,33 +22,9 @@ from workers.inputs import Table
 STATS_PREFIX = "stats."  # a checkpoint's preprocessing tensors: their keys start with it
 STATS = ("stats.feature_mean", "stats.feature_std", "stats.target_mean", "stats.target_std")
 QUANTILE_STATS = ("stats.quantiles", "stats.references")  # preprocessing: quantile
-PARTS = ("train", "val", "test")
 MIN_STD = 1e-8  # below this a training column counts as constant: divided by 1, not by ~0
 QUANTILE_NOISE = 1e-5  # std of the Gaussian noise added to the training features before the fit
 SUBSAMPLE = 10**9  # QuantileTransformer's subsample: every training row (the package example)
-
-
-def split_indices(n: int, seed: int, val_fraction: float, test_fraction: float) -> dict:
-    """A fixed random train/val/test split of range(n) from `seed`; each part ascending."""
-    order = np.random.default_rng(seed).permutation(n)
-    n_test, n_val = round(n * test_fraction), round(n * val_fraction)
-    if n - n_test - n_val < 1 or n_val < 1 or n_test < 1:
-        raise InputError(f"tabular dataset of {n} rows is too small to split train/val/test")
-    return {"test": np.sort(order[:n_test]), "val": np.sort(order[n_test:n_test + n_val]),
-            "train": np.sort(order[n_test + n_val:])}
-
-
-def table_split(options: dict[str, Any], seed: int, table: Table) -> dict[str, np.ndarray]:
-    """The split of every row of `table` that a spec with these options and seed trains on."""
-    return split_indices(len(table.target), seed, options["val_fraction"],
-                         options["test_fraction"])
-
-
-def model_rows(options: dict[str, Any], seed: int, table: Table) -> np.ndarray:
-    """The table rows attention is measured on, ascending: the test rows, or all (`split`)."""
-    if options["split"] == "all":
-        return np.arange(len(table.target))
-    return table_split(options, seed, table)["test"]
 
 
 def output_size(table: Table) -> int:

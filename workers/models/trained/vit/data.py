@@ -11,12 +11,13 @@ from typing import Any
 
 import numpy as np
 import torch
+from timm.models.deit import VisionTransformerDistilled
 from timm.models.vision_transformer import VisionTransformer
 
 from storage.errors import InputError
 from workers.inputs import Table
 from workers.inputs.images import digit_pixels
-from workers.models.trained_vit.options import IMAGE_SIDE
+from workers.models.trained.vit.options import IMAGE_SIDE, objective
 
 
 def to_model(pixels: np.ndarray) -> torch.Tensor:
@@ -50,10 +51,12 @@ def architecture(options: dict[str, Any], classes: int) -> dict[str, Any]:
 def init_model(options: dict[str, Any], seed: int, classes: int) -> VisionTransformer:
     """The architecture with its initial weights drawn from `seed` alone (torch's global RNG is
     left as it was), fused attention off in every block (so the probabilities pass `attn_drop`):
-    what training starts from, epoch 0, and the random-init control."""
+    what training starts from, epoch 0, and the random-init control. Objective `distilled`:
+    timm's `VisionTransformerDistilled` (a DIST token after CLS, and its head)."""
+    kind = VisionTransformerDistilled if objective(options) == "distilled" else VisionTransformer
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        model = VisionTransformer(**architecture(options, classes))
+        model = kind(**architecture(options, classes))
     for block in model.blocks:
         block.attn.fused_attn = False
     return model

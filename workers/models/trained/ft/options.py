@@ -14,26 +14,22 @@ Options (a `ModelSpec`'s `config`):
     patience      epochs without a lower validation loss before training stops (16: the paper)
     batch_size    training rows per AdamW step (256: the paper's for its smallest datasets, and
                   the package example's; docs/ft-transformer.md)
-    val_fraction, test_fraction   shares of the table's rows held out, each in (0, 0.5)
-    split         test: measure attention on the held-out test rows; all: on every row
+    val_fraction, test_fraction, split   shared (`workers.models.trained.options`)
     last_block    skip: measure the blocks that compute every query row (n_blocks - 1 layers);
                   full: also the last block, whose non-CLS rows are recomputed (the library
                   computes only the CLS row there). See docs/ft-transformer.md.
-Optional (no default; a sweep's `checkpoints:` sets them, docs/training.md):
-    checkpoint    k: measure the weights after epoch k of the training run (0: the initial
-                  weights) instead of the kept (best) ones
-    keep_epochs   the epochs whose weights training keeps beside the best
+Optional (no default; a sweep's `checkpoints:` sets them, docs/training.md): `checkpoint` and
+`keep_epochs`, shared (`workers.models.trained.options`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
 from typing import Any
 
 from storage.errors import InputError
+from workers.models.trained.options import check_epochs, filled, shared_rule
 
 HEADS = 8  # attention_n_heads of the library's default configurations
-SPLITS = ("test", "all")
 LAST_BLOCKS = ("skip", "full")
 PREPROCESSINGS = ("quantile", "standard")
 MEASUREMENT_ONLY = ("split", "last_block", "checkpoint", "keep_epochs")  # what is measured (or
@@ -69,48 +65,11 @@ def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
     return config
 
 
-def filled(name: str, options: dict[str, Any], defaults: dict[str, Any],
-           rule: Callable[[str, Any], str | None],
-           optional: Iterable[str] = ()) -> dict[str, Any]:
-    """`options` over `defaults`, each value checked by `rule` (the rule it breaks, or None);
-    InputError names an unknown option or the first bad value (a model trained here)."""
-    unknown = sorted(set(options) - set(defaults) - set(optional))
-    if unknown:
-        raise InputError(f"model {name!r}: unknown option(s) {unknown}; valid: {sorted(defaults)}")
-    config = {**defaults, **options}
-    for key, value in config.items():
-        broken = rule(key, value)
-        if broken:
-            raise InputError(f"model {name!r}: option {key}={value!r} must be {broken}")
-    return config
-
-
-def check_epochs(name: str, config: dict[str, Any], last: str) -> None:
-    """`keep_epochs` made a sorted tuple without repeats (in place); InputError when it or
-    `checkpoint` names an epoch past option `last` (the last epoch trained)."""
-    if "keep_epochs" in config:
-        config["keep_epochs"] = tuple(sorted(set(config["keep_epochs"])))
-    late = [e for e in [*config.get("keep_epochs", ()), config.get("checkpoint") or 0]
-            if e > config[last]]
-    if late:
-        raise InputError(f"model {name!r}: checkpoint epoch {late[0]} is past the last epoch "
-                         f"trained ({last}={config[last]})")
-
-
 def _rule(key: str, value: Any) -> str | None:
     """The rule `value` breaks for option `key`, or None when it is valid."""
     integer = isinstance(value, int) and not isinstance(value, bool)
-    if key.endswith("_fraction"):
-        number = isinstance(value, int | float) and not isinstance(value, bool)
-        return None if number and 0 < value < 0.5 else "in (0, 0.5)"
-    if key == "checkpoint":
+    if key == "checkpoint":  # optional: never null (a spec without it is the kept weights)
         return None if integer and value >= 0 else "an epoch >= 0"
-    if key == "keep_epochs":
-        valid = isinstance(value, list | tuple) and all(
-            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value)
-        return None if valid else "a list of epochs >= 0"
-    if key == "split":
-        return None if value in SPLITS else f"one of {list(SPLITS)}"
     if key == "last_block":
         return None if value in LAST_BLOCKS else f"one of {list(LAST_BLOCKS)}"
     if key == "preprocessing":
@@ -120,14 +79,9 @@ def _rule(key: str, value: Any) -> str | None:
     if key == "d_block":
         valid = value is None or (integer and value >= HEADS and value % HEADS == 0)
         return None if valid else f"null or a positive multiple of {HEADS} (the heads)"
-    return None if integer and value >= 1 else "an integer >= 1"
+    return shared_rule(key, value)
 
 
 def measured_layers(options: dict[str, Any]) -> int:
     """Attention layers an FT spec's extraction yields: n_blocks, less one with last_block skip."""
     return int(options["n_blocks"]) - (options["last_block"] == "skip")
-
-
-def training_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options that determine training (all but `MEASUREMENT_ONLY`): a checkpoint's key."""
-    return {k: v for k, v in options.items() if k not in MEASUREMENT_ONLY}

@@ -1,7 +1,8 @@
 """The digits ViT's options: their defaults, their rules, and which of them determine training.
 
 Pure (no torch): the registry checks options at resolve time with `check`; the checkpoint's key
-is `training_options` (every option but the measurement-only ones).
+is `workers.models.trained.options.training_options` (every option but the measurement-only
+ones).
 
 Options (a `ModelSpec`'s `config`):
     depth, embed_dim, num_heads, mlp_ratio   the timm VisionTransformer (embed_dim a multiple
@@ -16,6 +17,10 @@ Options (a `ModelSpec`'s `config`):
                   weights after epoch k (0: the initial weights) of the same training run
     keep_epochs   the epochs whose weights training keeps beside the best (a sweep's
                   `checkpoints:` sets it; it changes what is written, not the weights)
+Optional (no default: a spec without it is the supervised recipe, its key unchanged):
+    objective     supervised (cross-entropy on the labels), dino (self-distillation without
+                  labels: `vit.dino`) or distilled (a distillation token taught by a supervised
+                  teacher, timm's `VisionTransformerDistilled`: `vit.distilled`; no registers)
 """
 
 from __future__ import annotations
@@ -23,11 +28,11 @@ from __future__ import annotations
 from typing import Any
 
 from storage.errors import InputError
-from workers.models.ft_options import check_epochs, filled
+from workers.models.trained.options import check_epochs, filled, shared_rule
 
-SPLITS = ("test", "all")
 IMAGE_SIDE = 8  # scikit-learn's digits
-MEASUREMENT_ONLY = ("split", "checkpoint", "keep_epochs")  # outside the checkpoint's key
+OBJECTIVES = ("supervised", "dino", "distilled")
+OPTIONAL = ("objective",)  # accepted, never filled in (specs without it unchanged)
 
 DEFAULTS: dict[str, Any] = {
     "depth": 4,
@@ -51,45 +56,44 @@ DEFAULTS: dict[str, Any] = {
 def check(name: str, options: dict[str, Any]) -> dict[str, Any]:
     """Every option filled in from `DEFAULTS` and checked; InputError names the first bad one.
     `keep_epochs` comes back a sorted tuple, without repeats."""
-    config = filled(name, options, DEFAULTS, _rule)
+    config = filled(name, options, DEFAULTS, _rule, OPTIONAL)
+    if config.get("objective") == "supervised":  # the default, named: the same spec
+        del config["objective"]
     if config["embed_dim"] % config["num_heads"]:
         raise InputError(f"model {name!r}: option embed_dim={config['embed_dim']} must be a "
                          f"multiple of num_heads={config['num_heads']}")
     if IMAGE_SIDE % config["patch_size"]:
         raise InputError(f"model {name!r}: option patch_size={config['patch_size']} must divide "
                          f"the image side ({IMAGE_SIDE} px)")
+    if objective(config) == "distilled" and config["reg_tokens"]:
+        raise InputError(f"model {name!r}: objective distilled reads CLS and DIST tokens only; "
+                         f"use reg_tokens: 0")
     check_epochs(name, config, "epochs")
     return config
+
+
+def objective(options: dict[str, Any]) -> str:
+    """The training objective of these options (`supervised` without the option)."""
+    return options.get("objective", "supervised")
 
 
 def _rule(key: str, value: Any) -> str | None:
     """The rule `value` breaks for option `key`, or None when it is valid."""
     integer = isinstance(value, int) and not isinstance(value, bool)
     number = isinstance(value, int | float) and not isinstance(value, bool)
-    if key.endswith("_fraction"):
-        return None if number and 0 < value < 0.5 else "in (0, 0.5)"
-    if key == "split":
-        return None if value in SPLITS else f"one of {list(SPLITS)}"
-    if key == "checkpoint":
-        return None if value is None or (integer and value >= 0) else "null or an epoch >= 0"
-    if key == "keep_epochs":
-        valid = isinstance(value, list | tuple) and all(
-            isinstance(e, int) and not isinstance(e, bool) and e >= 0 for e in value)
-        return None if valid else "a list of epochs >= 0"
     if key in ("lr", "mlp_ratio"):
         return None if number and value > 0 else "a number > 0"
     if key == "weight_decay":
         return None if number and value >= 0 else "a number >= 0"
     if key == "reg_tokens":
         return None if integer and value >= 0 else "an integer >= 0"
-    return None if integer and value >= 1 else "an integer >= 1"
-
-
-def training_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The options that determine training (all but `MEASUREMENT_ONLY`): a checkpoint's key."""
-    return {k: v for k, v in options.items() if k not in MEASUREMENT_ONLY}
+    if key == "objective":
+        return None if value in OBJECTIVES else f"one of {list(OBJECTIVES)}"
+    return shared_rule(key, value)
 
 
 def n_tokens(options: dict[str, Any]) -> int:
-    """Tokens of every input: CLS, the registers, then (side / patch)^2 patches."""
-    return 1 + int(options["reg_tokens"]) + (IMAGE_SIDE // int(options["patch_size"])) ** 2
+    """Tokens of every input: CLS, DIST (objective distilled) or the registers, then
+    (side / patch)^2 patches."""
+    prefix = 2 if objective(options) == "distilled" else 1 + int(options["reg_tokens"])
+    return prefix + (IMAGE_SIDE // int(options["patch_size"])) ** 2
