@@ -40,11 +40,11 @@ def training(recipe: str, table: str, seed: int) -> dict:
     tokens = token_layout(spec, dataset).tokens
     wall, cpu = time.perf_counter(), time.process_time()
     if spec.family == "ft-transformer":
-        from workers.models import ft_training
+        from workers.models.trained.ft import training as ft_training
 
-        record = ft_training.train(spec, dataset.table, torch.device("cpu"))[1]
+        record = ft_training.train(spec, dataset.table, device=torch.device("cpu"))[2]
     else:
-        from workers.models.trained_vit import training as vit_training
+        from workers.models.trained.vit import training as vit_training
 
         record = vit_training.train(spec, dataset.table)[2]
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall

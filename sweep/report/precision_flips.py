@@ -161,8 +161,8 @@ def reextraction(store: StoreRef, name: str, dtype: str,
                          f"dataset changed since the sweep); restore it")
     cache = checkpoint_cache(store, root.attrs.get("config", {}) or {})
     if trained_here(model.spec) and not model.spec.random_init:  # FT-Transformer, digits ViT
-        key = family_module(model.spec).checkpoint_key(model.spec,
-                                                       cached_dataset(model.dataset).table)
+        family = family_module(model.spec).FAMILY
+        key = family.checkpoint_key(model.spec, cached_dataset(model.dataset).table)
         if locate(cache).info(key) is None:
             raise InputError(f"model {name!r}: its trained checkpoint {key} is not in {cache} "
                              f"(the sweep's checkpoint cache); sweep precision never trains: "
