@@ -1,9 +1,14 @@
 """The same config gives the same bits on any torch thread count: FT-Transformer's training
 (record and checkpoint) and a whole sweep's arrays are identical whether the process runs torch
-on 1 thread or on 2 (training and extraction fix their own count: `workers.models.determinism`)."""
+on 1 thread or on 2 (training and extraction fix their own count: `workers.models.determinism`).
+Across CPU dispatch levels they are not (docs/training.md): the record names the levels."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -19,7 +24,7 @@ from sweep.driver.runner import InProcessExecutor, run_sweep
 from tests.test_pruned_kernel import family
 from tests.test_sweep_local import arrays, write_config
 from workers.inputs import DatasetSpec, open_dataset
-from workers.models.determinism import TORCH_THREADS, fixed_torch
+from workers.models.determinism import TORCH_THREADS, dispatch, fixed_torch
 from workers.models.extraction import prepare_model
 from workers.models.registry import resolve_model
 from workers.models.trained.ft import adapter as ft_transformer
@@ -161,3 +166,26 @@ def test_extraction_torch_threads_do_not_reach_numba_or_blas():
     worker.join(30)
     assert seen == [before, before]
     assert counts() == before
+
+
+TRAIN_IN_CHILD = """
+import json, sys
+from workers.inputs import DatasetSpec, open_dataset
+from workers.models.extraction import prepare_model
+from workers.models.registry import resolve_model
+spec = resolve_model("ft-transformer", n_blocks=2, d_block=8, max_epochs=1, patience=1)
+wine = open_dataset(DatasetSpec(kind="tabular", source="sklearn:wine"))
+print(json.dumps(prepare_model(spec, wine, sys.argv[1])["dispatch"]))
+"""
+
+
+def test_the_training_record_names_the_kernels_torch_dispatched_to(tmp_path):
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "COMPATIBLE",
+           "ONEDNN_MAX_CPU_ISA": "AVX2", "PYTHONPATH": str(Path(__file__).parents[1])}
+    out = subprocess.run([sys.executable, "-c", TRAIN_IN_CHILD, str(tmp_path)], env=env,
+                         capture_output=True, text=True, check=True)
+    record = json.loads(out.stdout.strip().splitlines()[-1])
+    assert record["aten"] == "DEFAULT"  # read at the first kernel, in the fresh process
+    assert record["mkl_cbwr"] == "COMPATIBLE" and record["onednn_max_isa"] == "AVX2"
+    assert dispatch()["aten"] == torch.backends.cpu.get_cpu_capability()
+    assert set(dispatch()) == {"cpu", "aten", "mkl_isa", "mkl_cbwr", "onednn_max_isa"}

@@ -18,6 +18,7 @@ from typing import Any
 from storage.errors import InputError
 from storage.location import StoreLike, locate
 from workers.inputs import Dataset, Table
+from workers.models.determinism import dispatch
 from workers.models.registry import ModelSpec
 from workers.models.trained.cache import (
     State,
@@ -71,6 +72,7 @@ class TrainedFamily:
             missing = {e for e, state in epochs.items() if state is None}
             run = TrainingRun(location, key, table, missing, report)
             best, trained, record = self.train(spec, table, keep, run)
+            record = {**record, "dispatch": dispatch()}
             write_run(location, key, table, best, record)
             run.clear()
             epochs = {**epochs, **trained}
