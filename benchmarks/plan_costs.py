@@ -1,8 +1,9 @@
 """The measured constants of `sweep plan`'s prices (`sweep/driver/balance.py`,
 TRAINING_COSTS and NULL_CONSTANTS).
 
-`training RECIPE TABLE [--seed S]`: trains the recipe (a preset the project trains:
-`ft-transformer`, `vit-digits`, ...; default options) on a scikit-learn table on the CPU with 1
+`training RECIPE TABLE [--seed S] [--option KEY=VALUE ...]`: trains the recipe (a preset the
+project trains: `ft-transformer`, `vit-digits`, ...; default options, or these: e.g.
+`--option objective=dino`) on a scikit-learn table on the CPU with 1
 torch thread, as a sweep's preparation task does (nothing cached), and prints one JSON line: the
 table's rows, the model's tokens, the epochs run, the CPU and wall seconds, and CPU-s per
 (row x token x epoch), the unit of `TRAINING_COSTS`.
@@ -25,8 +26,8 @@ import json
 import time
 
 
-def training(recipe: str, table: str, seed: int) -> dict:
-    """Train `recipe` on sklearn:`table` once; its cost as one record."""
+def training(recipe: str, table: str, seed: int, options: dict | None = None) -> dict:
+    """Train `recipe` (with `options`) on sklearn:`table` once; its cost as one record."""
     import torch
 
     from workers.inputs import DatasetSpec, open_dataset
@@ -34,7 +35,7 @@ def training(recipe: str, table: str, seed: int) -> dict:
     from workers.models.token_layout import token_layout
 
     torch.set_num_threads(1)
-    spec = resolve_model(recipe, seed=seed)
+    spec = resolve_model(recipe, seed=seed, **(options or {}))
     kind = "image" if spec.modality == "image" else "tabular"
     dataset = open_dataset(DatasetSpec(kind=kind, source=f"sklearn:{table}"))
     tokens = token_layout(spec, dataset).tokens
@@ -49,7 +50,8 @@ def training(recipe: str, table: str, seed: int) -> dict:
         record = vit_training.train(spec, dataset.table)[2]
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     rows, epochs = len(dataset.table.target), int(record["epochs_run"])
-    return {"recipe": recipe, "table": table, "seed": seed, "rows": rows, "tokens": tokens,
+    return {"recipe": recipe, "options": options or {}, "table": table, "seed": seed,
+            "rows": rows, "tokens": tokens,
             "epochs_run": epochs, "best_epoch": record["best_epoch"],
             "cpu_s": round(cpu, 1), "wall_s": round(wall, 1),
             "cpu_s_per_row_token_epoch": float(f"{cpu / (rows * tokens * epochs):.3g}")}
@@ -76,12 +78,18 @@ def main() -> None:
     train.add_argument("recipe")
     train.add_argument("table")
     train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                       help="a training option other than the recipe's (a YAML value)")
     null = sub.add_parser("nulls")
     null.add_argument("--sizes", default="8,17,64")
     null.add_argument("--trials", type=int, default=4000)
     args = parser.parse_args()
     if args.what == "training":
-        print(json.dumps(training(args.recipe, args.table, args.seed)))
+        import yaml
+
+        options = {key: yaml.safe_load(value) for key, _, value in
+                   (option.partition("=") for option in args.option)}
+        print(json.dumps(training(args.recipe, args.table, args.seed, options)))
     else:
         for record in nulls([int(n) for n in args.sizes.split(",")], args.trials):
             print(json.dumps(record))

@@ -22,6 +22,7 @@ from sweep.driver.balance import (
 )
 from sweep.driver.plan import ModelFacts, build_plan, prepare_key
 from workers.models.registry import PRESETS, TRAINED_FAMILIES
+from workers.models.trained.vit.options import OBJECTIVES
 
 REPO = Path(__file__).resolve().parents[1]
 DIGITS = 1797
@@ -52,9 +53,28 @@ def rows_of(plan) -> dict[str, int]:
 def test_every_recipe_the_project_trains_has_a_measured_cost():
     trained = {name for name, spec in PRESETS.items() if spec.family in TRAINED_FAMILIES}
     assert trained <= set(TRAINING_COSTS)
+    assert {f"vit-digits objective={o}" for o in OBJECTIVES if o != "supervised"} <= set(
+        TRAINING_COSTS)
     for name, cost in TRAINING_COSTS.items():
         assert cost.seconds > 0 and cost.measured.startswith("plan_costs.py training"), name
         assert (cost.epochs is None) != (cost.typical is None), name  # one rule for epochs
+
+
+def test_each_objective_of_the_digits_vit_is_priced_by_its_own_measured_line():
+    config = {**CONFIG, "models": {
+        name: {"source": "vit-digits", "dataset": "digits", "options": {"objective": objective}}
+        for name, objective in (("vit-s", "supervised"), ("vit-d", "dino"),
+                                ("vit-t", "distilled"))}}
+    plan = plan_of(config)
+    runs = {run.models[0]: run for run in training_runs(plan, rows_of(plan))}
+    assert {name: run.recipe for name, run in runs.items()} == {
+        "vit-s": "vit-digits", "vit-d": "vit-digits objective=dino",
+        "vit-t": "vit-digits objective=distilled"}
+    for run in runs.values():
+        cost = TRAINING_COSTS[run.recipe].seconds
+        assert run.cpu_s == pytest.approx(cost * DIGITS * run.tokens * 40)
+        assert "differ from the measured recipe" not in run.line()
+    assert runs["vit-d"].cpu_s > 4 * runs["vit-s"].cpu_s  # DINO's views: the costlier recipe
 
 
 def test_checkpoints_share_their_models_run_and_controls_train_nothing():

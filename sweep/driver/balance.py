@@ -397,10 +397,17 @@ class TrainingCost:
 
 TRAINING_COSTS: dict[str, TrainingCost] = {
     "vit-digits": TrainingCost(3.6e-5, "plan_costs.py training vit-digits digits", "epochs"),
+    "vit-digits objective=dino": TrainingCost(
+        1.7e-4, "plan_costs.py training vit-digits digits --option objective=dino", "epochs"),
+    "vit-digits objective=distilled": TrainingCost(
+        4.0e-5, "plan_costs.py training vit-digits digits --option objective=distilled",
+        "epochs"),
     "ft-transformer": TrainingCost(8.0e-5, "plan_costs.py training ft-transformer breast_cancer,"
                                    " wine", typical=42, cap="max_epochs"),
 }
-"""Recipe (the preset a model's `source` names) -> its measured training cost, one line each:
+"""Recipe (the preset a model's `source` names, with its RECIPE_OPTIONS: `recipe_key`) -> its
+measured training cost, one line each (the digits ViT's objectives, 2026-12-06 on a quiet
+machine: dino 207.9 CPU-s, distilled 52.1 with its convnet teacher, seed 0, 40 epochs):
 `measured` is the `benchmarks/plan_costs.py` command that measures it; benchmarks/README.md
 ("What sweep plan prices") has the runs behind each constant (vit-digits: 44.8 CPU-s here and
 39.8-46.9 in docs/training.md, 3.3-3.8e-5; ft-transformer: 6.7e-5 on breast_cancer and 9.4e-5
@@ -464,16 +471,17 @@ def _run(models: list[ModelPlan], rows: int) -> TrainingRun:
     """The run of `models` (checkpoints first, the trained model last: it names the run)."""
     model = models[-1]
     names = (model.name, *(m.name for m in models[:-1]))
-    cost = TRAINING_COSTS.get(model.spec.name)
+    recipe = recipe_key(model.spec.name, model.spec.options)
+    cost = TRAINING_COSTS.get(recipe)
     if cost is None:
-        return TrainingRun(names, model.spec.name, rows, model.t_max, None, None)
+        return TrainingRun(names, recipe, rows, model.t_max, None, None)
     options = model.spec.options
     epochs = int(options[cost.epochs]) if cost.epochs else min(
         int(cost.typical or 0), int(options.get(cost.cap, cost.typical or 0)))
     note = "" if cost.epochs else f" (early stopping: {epochs} epochs, the measured median)"
     if _differs_from_recipe(model):
         note += "; its options differ from the measured recipe's: a rougher estimate"
-    return TrainingRun(names, model.spec.name, rows, model.t_max, epochs,
+    return TrainingRun(names, recipe, rows, model.t_max, epochs,
                        cost.seconds * rows * model.t_max * epochs, note)
 
 
@@ -481,12 +489,27 @@ EPOCH_OPTIONS = ("epochs", "max_epochs", "patience")
 """Training options the cost scales with (epochs) or that only end it sooner."""
 
 
+RECIPE_OPTIONS = {"objective": "supervised"}
+"""Training options that make a recipe of their own (a TRAINING_COSTS line each: `recipe_key`),
+with the value a spec without the option trains by."""
+
+
+def recipe_key(name: str, options: dict[str, Any]) -> str:
+    """The TRAINING_COSTS key of a preset trained with `options`: the preset's name, then each
+    RECIPE_OPTIONS option it sets other than its default ('vit-digits objective=dino')."""
+    defaults = {**RECIPE_OPTIONS, **resolve_model(name).options}
+    named = [f"{k}={options[k]}" for k in RECIPE_OPTIONS
+             if options.get(k) is not None and options[k] != defaults[k]]
+    return " ".join([name, *named])
+
+
 def _differs_from_recipe(model: ModelPlan) -> bool:
-    """Whether `model`'s training options, epochs aside, differ from its recipe's defaults."""
+    """Whether `model`'s training options, epochs and recipe options aside, differ from its
+    recipe's defaults."""
     spec = model.spec
     mine, recipe = (
         {k: v for k, v in _training_options(spec.family, options).items()
-         if k not in EPOCH_OPTIONS}
+         if k not in EPOCH_OPTIONS and k not in RECIPE_OPTIONS}
         for options in (spec.options, resolve_model(spec.name).options))
     return mine != recipe
 
