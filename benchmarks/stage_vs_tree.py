@@ -30,6 +30,7 @@ what one core of a cluster spends per input.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -39,6 +40,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 
@@ -94,11 +96,20 @@ def write_test_shard(store: object, attention: np.ndarray, n_tokens: np.ndarray,
                     token_sets=TOKEN_SETS, tol=1e-12, **moved)
 
 
+def test_side() -> ModuleType:
+    """The tree's test-task module: `workers.tasks.verdicts`, or `workers.tasks` in a tree from
+    before the split (966479d)."""
+    try:
+        return importlib.import_module("workers.tasks.verdicts")
+    except ModuleNotFoundError:
+        return importlib.import_module("workers.tasks")
+
+
 def task_in_store(t: int, store: str, options: dict[str, str]) -> Callable[[], object]:
     """The whole test task over the shard written to `store` (the tree's own store code)."""
     from storage.location import StoreRef
-    from workers.tasks.verdicts import run_test
 
+    run_test = test_side().run_test
     task = write_test_shard(StoreRef.of(store, options), *shard(t))
     return lambda: run_test(task)
 
@@ -107,7 +118,7 @@ def child(t: int, rounds: int, workers: int, store: str | None,
           options: dict[str, str]) -> None:
     """Time evaluate_shard (or, with a store, run_test) in this process (the tree on
     PYTHONPATH); print one JSON line."""
-    from workers.tasks.verdicts import evaluate_shard
+    evaluate_shard = test_side().evaluate_shard
 
     attention, n_tokens, kinds = shard(t)
     if store is None:
