@@ -107,7 +107,9 @@ class HoldAtEpoch2(WorkerPlugin):
 
 
 class Log(io.StringIO):
-    """The run's stderr off a terminal; writes GO once a line names epoch 2 of 3."""
+    """The run's stderr off a terminal; at the first line naming epoch 2 of 3, takes `sweep
+    status` and writes GO (once: a later line may still name epoch 2 after the training went
+    on, and a second status would see it over)."""
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
@@ -115,7 +117,8 @@ class Log(io.StringIO):
 
     def write(self, text: str) -> int:
         with self.lock:
-            if "vit@seed0 epoch 2 of 3 (val_accuracy" in text:
+            if ("vit@seed0 epoch 2 of 3 (val_accuracy" in text
+                    and not self.folder.joinpath(GO).exists()):
                 self.folder.joinpath("status.txt").write_text(status_now(self.folder))
                 self.folder.joinpath(GO).touch()
             return super().write(text)
