@@ -42,9 +42,25 @@ MODELS = {  # every family; the trained ones through their random-init controls 
     "vit-each": {"source": "tiny-vit", "dataset": "photos", "options": {"heads": "each"}},
     "roberta-each": {"source": "tiny-roberta", "dataset": "topics",
                      "options": {"heads": "each"}},
+    # JPEG files: an HF image processor's pipeline reads them as tensors (`load_pixels`), the
+    # straightforward path as PIL images; timm's transform reads PIL images on both
+    "vit-jpegs": {"source": "tiny-vit", "dataset": "jpegs"},
+    "dino-jpegs": {"source": "tiny-dinov2-reg", "dataset": "jpegs"},
 }
 UNTRAINED = ["vit", "deit-d", "dino-reg", "roberta", "distilbert", "ft@random-init",
-             "digits-vit@random-init", "vit-each", "roberta-each"]
+             "digits-vit@random-init", "vit-each", "roberta-each", "vit-jpegs", "dino-jpegs"]
+
+
+def jpeg_folder(folder: Path) -> Path:
+    """Seven JPEGs of the sample photos, of three sampling kinds and odd sizes."""
+    from sklearn.datasets import load_sample_images
+
+    folder.mkdir()
+    for k in range(7):
+        array = load_sample_images().images[k % 2][11 * k:11 * k + 151 + 2 * k, 5 * k:5 * k + 203]
+        Image.fromarray(np.ascontiguousarray(array)).save(folder / f"p{k}.jpg", quality=88,
+                                                          subsampling=k % 3)
+    return folder
 
 
 def plan_for(folder: Path, models: dict, datasets: dict = DATASETS, **top):
@@ -82,7 +98,8 @@ def straightforward(task) -> np.ndarray:
 def swept(tmp_path_factory):
     """Every model's store after its tasks ran on 1 core, then again on 2."""
     folder = tmp_path_factory.mktemp("pipeline")
-    config, plan = plan_for(folder, MODELS)
+    jpegs = {"kind": "image", "path": str(jpeg_folder(folder / "jpegs"))}
+    config, plan = plan_for(folder, MODELS, {**DATASETS, "jpegs": jpegs})
     runs = {}
     for cores in (1, 2):
         with worker_cores(cores):
@@ -127,6 +144,16 @@ def test_the_mean_written_into_the_chunk_equals_the_assembled_mean():
                                                                         mean[1, :4, :4])
     assert not chunk[1, 0, 0, 4:].any() and not chunk[1, 0, 0, :, 4:].any()
     assert not chunk[0, 0, 0, 7:].any() and (chunk[3] == 7.0).all()  # row 3: not this batch's
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_one_heads_map_is_its_mean_bit_for_bit(dtype):
+    gen = torch.Generator().manual_seed(1)
+    probs = torch.softmax(torch.randn(3, 1, 6, 6, generator=gen) * 4, dim=-1).to(dtype)
+    probs[0, 0, 0] = torch.tensor([1.0, 0, 0, 0, 0, 0])  # exact zeros and ones too
+    got = layer_map(probs, False)
+    assert got.dtype == torch.float32
+    assert torch.equal(got, probs.mean(dim=1, dtype=torch.float32))
 
 
 def _batch(tokens: list[int]):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -82,12 +82,20 @@ class Dataset:
 
     def load(self, indices: Iterable[int]) -> list:
         """The inputs at `indices` (positions in `ids`), in that order."""
-        out = []
+        return [self._load_one(index) for index in self.positions(indices)]
+
+    def positions(self, indices: Iterable[int]) -> Iterator[int]:
+        """`indices`, each checked: IndexError for one outside the dataset."""
         for index in indices:
             if not 0 <= index < len(self.ids):
                 raise IndexError(f"input {index} out of range: the dataset holds {len(self)}")
-            out.append(self._load_one(index))
-        return out
+            yield index
+
+    def load_pixels(self, indices: Iterable[int]) -> list:
+        """Images for an image processor's torchvision backend, the pixels `load` gives: its
+        PIL images here; an image folder's as tensors, without the PIL image
+        (`workers.inputs.pixels`)."""
+        return self.load(indices)
 
     def _load_one(self, index: int) -> Any:
         raise NotImplementedError

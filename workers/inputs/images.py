@@ -3,7 +3,7 @@ scikit-learn's 8 x 8 digits as images (what the project's digits ViT is trained 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from importlib import resources
 from pathlib import Path
 
@@ -84,6 +84,14 @@ class ImageFolder(Dataset):
 
     def _load_one(self, index: int) -> Image.Image:
         return _read_rgb(self.root / self.ids[index])
+
+    def load_pixels(self, indices: Iterable[int]) -> list:
+        """The files at `indices` as (channel, row, column) uint8 tensors: `load`'s pixels, a
+        JPEG's from torchvision's decoder where it agrees with PIL (`workers.inputs.pixels`)."""
+        from workers.inputs.pixels import rgb_pixels  # torch: extraction's side only
+
+        return [rgb_pixels(self.root / self.ids[index], _read_rgb)
+                for index in self.positions(indices)]
 
     def check_headers(self) -> None:
         """`check_header` of every file (about 0.1 ms each), in id order."""

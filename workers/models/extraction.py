@@ -72,6 +72,15 @@ class Extractor(ABC):
     then be prepared in parts, on several threads, and joined (`join_batches`), giving the same
     tensors. False where an input depends on its batch (text: padded to the longest)."""
 
+    pixel_tensors: bool = False
+    """True where `prepare` takes an image dataset's `load_pixels` (tensors where the dataset
+    gives them, the pixels of its PIL images) as it takes its `load`: an image processor's
+    torchvision backend, which turns every PIL image into that tensor first."""
+
+    def read(self, dataset: Any, indices: Sequence[int]) -> list:
+        """The inputs at `indices` as `prepare` takes them at least cost (`pixel_tensors`)."""
+        return dataset.load_pixels(indices) if self.pixel_tensors else dataset.load(indices)
+
     @abstractmethod
     def token_counts(self, items: Sequence[Any]) -> list[int]:
         """Real tokens each input will have, without a forward pass (sizes the store's T_max)."""
@@ -117,9 +126,12 @@ class Extractor(ABC):
 
 def layer_map(probs: torch.Tensor, each: bool) -> torch.Tensor:
     """One layer's (batch, heads, query, key) probabilities as stored: the head mean (batch,
-    query, key), or every head (batch, heads, query, key), float32 (both sinks call this)."""
+    query, key), or every head (batch, heads, query, key), float32 (both sinks call this). The
+    mean of one head is that head, bit for bit (x / 1 == x): a view of it, no reduction."""
     if each:
         return probs.to(torch.float32)
+    if probs.shape[1] == 1:
+        return probs[:, 0].to(torch.float32)
     return probs.mean(dim=1, dtype=torch.float32)
 
 

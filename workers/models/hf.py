@@ -371,6 +371,13 @@ class HFExtractor(Extractor):
         """Images are processed one by one (text is padded to its batch's longest input)."""
         return self.spec.modality == "image"
 
+    @property
+    def pixel_tensors(self) -> bool:
+        """An image processor with the torchvision backend: it makes the tensor of each PIL
+        image `load_pixels` would give before anything else (tested)."""
+        return (self.spec.modality == "image"
+                and getattr(self.processor, "backend", None) == "torchvision")
+
     # --- preprocessing -------------------------------------------------------------------------
     def _set_up_preprocessing(self) -> None:
         """The tokenizer, or the image processor and its `image_size` arguments: all that

@@ -201,7 +201,7 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
 
     def part(indices: range) -> Batch:
         with fixed_torch(TORCH_THREADS):
-            return extractor.prepare(shard.dataset.load(indices))
+            return extractor.prepare(extractor.read(shard.dataset, indices))
 
     def load(k: int, parts: Mapper) -> Batch:
         rows = shard.rows(k)
