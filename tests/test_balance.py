@@ -196,11 +196,17 @@ def test_a_workers_pace_is_its_device_or_its_cores_whichever_is_slower():
     one = worker_pace(vit, cores=1)
     assert 1 / one.inputs_s == pytest.approx(one.device_s + one.host_s)
     eight = worker_pace(vit, cores=8)
-    assert 1 / eight.inputs_s == pytest.approx(max(eight.device_s, eight.host_s / 8))
+    assert eight.batches == 4  # shard_size 32, batch_size 8
+    # the pipeline's pace, and per task one batch's host work that nothing overlaps
+    assert eight.steady_s == pytest.approx(max(eight.device_s, eight.host_s / 8))
+    assert 1 / eight.inputs_s == pytest.approx(eight.steady_s + eight.host_s / (8 * 4))
     assert eight.store_bytes_s == pytest.approx(eight.inputs_s * vit.input_bytes)
     assert eight.estimates == ("GPU_FORWARD_LAYER_TOKEN_S",)
     many = worker_pace(dino, cores=10**6)  # cores enough: the device sets the pace
-    assert many.limit == "device" and 1 / many.inputs_s == pytest.approx(many.device_s)
+    assert many.limit == "device" and 1 / many.inputs_s == pytest.approx(many.device_s,
+                                                                         rel=1e-5)
+    longer = worker_pace(plan_of(shard_size=320).models[0], cores=8)  # 40 batches a task
+    assert eight.inputs_s < longer.inputs_s < 1 / eight.steady_s
     assert worker_pace(vit, cores=1, gpu=False).device_s > one.device_s
 
 
@@ -213,6 +219,25 @@ def test_pace_lines_name_the_worker_the_limit_and_the_store_bandwidth():
                                                   rel=1e-2)
     assert row.endswith("B/s") and "drop and sample write them too" in lines[-1]
     assert "estimated: GPU_FORWARD_LAYER_TOKEN_S" in lines[-1]
+
+
+def test_a_task_of_few_batches_is_warned_of_with_the_shard_size_that_amortises_it():
+    plan = plan_of(shard_size=32, batch_size=64)  # GPU-sized batches in the default shards
+    lines = pace_lines(plan, Pools(gpus=1, cpu_cores=16, extract_slots=1), cores=8)
+    warnings = [line for line in lines if line.startswith("WARNING: ")]
+    assert len(warnings) == 2 and warnings[0].startswith(
+        "WARNING: vit-b: 1 batch(es) per extraction task (shard_size 32, batch_size 64)")
+    assert "shard_size >= 256 amortises them" in warnings[0]
+    kept = worker_pace(plan.models[0], 8).kept
+    assert 0 < kept < 1 and f"about {kept:.0%} of the pipeline's pace" in warnings[0]
+    pools = Pools(gpus=1, cpu_cores=16, extract_slots=1)
+    fine = pace_lines(plan_of(shard_size=256, batch_size=64), pools, cores=8)
+    assert not any(line.startswith("WARNING") for line in fine)  # one shard of 2 batches:
+    # a dataset smaller than the shard size has nothing to amortise it with
+    assert sum(line.startswith("WARNING") for line in pace_lines(
+        plan_of(shard_size=64, batch_size=16), pools, cores=8)) == 0  # 4 batches a task
+    one_core = pace_lines(plan, Pools(gpus=1, cpu_cores=16, extract_slots=1), cores=1)
+    assert not any(line.startswith("WARNING") for line in one_core)  # no pipeline to starve
 
 
 def test_an_extraction_workers_cores_come_from_the_cluster_file():

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -640,7 +641,8 @@ def _duration(seconds: float) -> str:
 class Pace:
     """Inputs per second one extraction worker of `cores` threads is predicted to extract of a
     model: its pipeline (`workers.tasks.pipeline`) keeps the device busy while the host's work
-    per input, spread over the cores, takes less than the device's."""
+    per input, spread over the cores, takes less than the device's; within one task only, so a
+    task's first load and last write overlap nothing (`batches` per task amortise them)."""
 
     model: str
     inputs_s: float
@@ -649,17 +651,29 @@ class Pace:
     cores: int
     store_bytes_s: float  # attention bytes per second the store must take at that pace
     estimates: tuple[str, ...]
+    batches: int = 1  # batches per extraction task (a shard's inputs over the batch size)
+    steady_s: float = 0.0  # seconds per input with the pipeline full (0: no pipeline, 1 core)
 
     @property
     def limit(self) -> str:
         """What sets the pace: the device, or the host's cores."""
         return "device" if self.device_s * self.cores >= self.host_s else f"{self.cores} core(s)"
 
+    @property
+    def kept(self) -> float:
+        """The share of the full pipeline's pace a task keeps (1.0 without a pipeline)."""
+        return self.steady_s * self.inputs_s if self.steady_s else 1.0
+
+
+FEW_BATCHES = 4  # fewer batches per task than this: `sweep plan --cluster` warns
+
 
 def worker_pace(model: ModelPlan, cores: int, gpu: bool = True) -> Pace:
     """`model`'s pace on one extraction worker of `cores` threads (a GPU worker, or a CPU
-    worker where `gpu` is False): 1 / max(device s, host CPU-s / cores) pipelined, 1 / (device
-    s + host CPU-s) on one core; CONSTANTS' estimates named."""
+    worker where `gpu` is False): pipelined, max(device s, host CPU-s / cores) per input plus,
+    per task of B batches, one batch's host work on the cores (its first load and last write,
+    which overlap nothing): host CPU-s / (cores B) per input; 1 / (device s + host CPU-s) on one
+    core; CONSTANTS' estimates named."""
     tokens = mean_tokens_cubed(model) ** (1.0 / 3.0)
     forward = "GPU_FORWARD_LAYER_TOKEN_S" if gpu else "CPU_LAYER_TOKEN_S"
     device = _c(forward) * model.n_layers * tokens
@@ -672,10 +686,13 @@ def worker_pace(model: ModelPlan, cores: int, gpu: bool = True) -> Pace:
     per_input = "HOST_IMAGE_S" if model.spec.modality == "image" else "HOST_TEXT_S"
     host = _c(per_input) + _c("HOST_BYTE_S") * model.input_bytes
     used += [per_input, "HOST_BYTE_S"]
-    seconds = max(device, host / cores) if cores > 1 else device + host
+    inputs = min(model.shard_size, model.n_inputs)
+    batches = math.ceil(inputs / min(model.batch_size, inputs))
+    steady = max(device, host / cores) if cores > 1 else 0.0
+    seconds = steady + host / (cores * batches) if cores > 1 else device + host
     estimates = tuple(name for name in used if CONSTANTS[name].estimate)
     return Pace(model.name, 1.0 / seconds, device, host, cores,
-                model.input_bytes / seconds, estimates)
+                model.input_bytes / seconds, estimates, batches, steady)
 
 
 def extraction_cores(cfg: ClusterConfig | None, cpu_count: int | None = None,
@@ -701,17 +718,27 @@ def pace_lines(plan: SweepPlan, pools: Pools | None, cores: int | None) -> list[
     lines = [f"pace of one {worker} of {shown} thread(s){'' if cores else ' (unknown here)'} "
              f"(predicted: sweep/driver/balance.py CONSTANTS):",
              f"{'model':<{width}} {'inputs/s':>9} {'device s/input':>15} "
-             f"{'host CPU-s/input':>17} {'limit':>10} {'store must take':>16}"]
+             f"{'host CPU-s/input':>17} {'limit':>10} {'batches/task':>13} "
+             f"{'store must take':>16}"]
     estimated: dict[str, None] = {}
+    few = []
     for model in plan.models:
         pace = worker_pace(model, shown, gpu)
         estimated.update(dict.fromkeys(pace.estimates))
         lines.append(f"{model.name:<{width}} {pace.inputs_s:>9.3g} {pace.device_s:>15.3g} "
-                     f"{pace.host_s:>17.3g} {pace.limit:>10} "
+                     f"{pace.host_s:>17.3g} {pace.limit:>10} {pace.batches:>13} "
                      f"{_rate(pace.store_bytes_s):>16}")
+        if shown > 1 and pace.batches < FEW_BATCHES and model.n_inputs > model.shard_size:
+            few.append((model, pace))
     rests = f"estimated: {', '.join(estimated)}" if estimated else "no estimated constant"
     lines.append(f"the store must take the attention bytes at that pace (drop and sample write "
                  f"them too, then delete them); a slower store sets the pace; {rests}")
+    for model, pace in few:
+        lines.append(
+            f"WARNING: {model.name}: {pace.batches} batch(es) per extraction task (shard_size "
+            f"{model.shard_size}, batch_size {model.batch_size}): a task's first load and last "
+            f"write overlap nothing, so it keeps about {pace.kept:.0%} of the pipeline's pace; "
+            f"shard_size >= {FEW_BATCHES * model.batch_size} amortises them")
     return lines
 
 
@@ -725,6 +752,7 @@ def pace_data(plan: SweepPlan, pools: Pools | None, cores: int | None) -> dict[s
         out[model.name] = {"inputs_per_s": pace.inputs_s, "device_s_per_input": pace.device_s,
                            "host_cpu_s_per_input": pace.host_s, "cores": pace.cores,
                            "store_bytes_per_s": pace.store_bytes_s, "limit": pace.limit,
+                           "batches_per_task": pace.batches, "kept": pace.kept,
                            "estimated": list(pace.estimates)}
     return {"gpu": gpu, "cores": cores, "models": out}
 
