@@ -175,18 +175,19 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         estimate=True,
     ),
     "HOST_IMAGE_S": Constant(
-        3.8e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
-        "reading and decoding a 500 x 375 JPEG and the model's own image processor",
-        "thin ViT-B (224 px, ViTImageProcessor): 6.49 CPU ms per input outside the forward "
+        3.3e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
+        "reading and decoding a 500 x 375 JPEG (torchvision's decoder) and the model's own "
+        "image processor",
+        "thin ViT-B (224 px, ViTImageProcessor): 5.93 CPU ms per input outside the forward "
         "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
-        "--before <a worktree of 966479d> (this tree's 'CPU ms/input outside forward', 2 "
-        "processes x 3 rounds, --models vit-b,roberta; 2-core AMD EPYC shared, load average "
-        "3.3-3.8; 2026-12-06)",
+        "--before <a worktree of 966479d> --models vit-b,roberta --images 512 (this tree's "
+        "'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; 2-core "
+        "Intel Xeon, quiet: load average 0.9-2.0; 2026-12-06)",
     ),
     "HOST_TEXT_S": Constant(
-        1.2e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
+        0.7e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
         "(tokenisation: the model's own tokenizer)",
-        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 2.33 CPU ms per input less "
+        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 1.81 CPU ms per input less "
         "HOST_BYTE_S x its 0.79 MB; the same run",
     ),
     "HOST_BYTE_S": Constant(
