@@ -182,13 +182,13 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
         "--before <a worktree of 966479d> --models vit-b,roberta --images 512 (this tree's "
         "'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; 2-core "
-        "Intel Xeon, quiet: load average 0.9-2.0; 2026-12-06)",
+        "Intel Xeon, quiet: load average 0.9-2.0; 2026-12-06; a second run: 5.23 ms)",
     ),
     "HOST_TEXT_S": Constant(
         0.7e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
         "(tokenisation: the model's own tokenizer)",
         "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 1.81 CPU ms per input less "
-        "HOST_BYTE_S x its 0.79 MB; the same run",
+        "HOST_BYTE_S x its 0.79 MB; the same run (the second: 1.25 ms)",
     ),
     "HOST_BYTE_S": Constant(
         1.43e-9, "CPU-s per byte of an input's padded attention: cropped into the chunk "
