@@ -687,8 +687,7 @@ def worker_pace(model: ModelPlan, cores: int, gpu: bool = True) -> Pace:
     per_input = "HOST_IMAGE_S" if model.spec.modality == "image" else "HOST_TEXT_S"
     host = _c(per_input) + _c("HOST_BYTE_S") * model.input_bytes
     used += [per_input, "HOST_BYTE_S"]
-    inputs = min(model.shard_size, model.n_inputs)
-    batches = math.ceil(inputs / min(model.batch_size, inputs))
+    batches = math.ceil(min(model.shard_size, model.n_inputs) / model.batch_size)
     steady = max(device, host / cores) if cores > 1 else 0.0
     seconds = steady + host / (cores * batches) if cores > 1 else device + host
     estimates = tuple(name for name in used if CONSTANTS[name].estimate)

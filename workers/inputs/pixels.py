@@ -47,9 +47,11 @@ def pil_tensor(image: Image.Image) -> torch.Tensor:
 def rgb_pixels(path: Path, read_pil: Callable[[Path], Image.Image]) -> torch.Tensor:
     """`pil_tensor(read_pil(path))`, the same bits: from torchvision's decoder where this
     process found it agrees with PIL on the file's JPEG kind, else from `read_pil`."""
+    if decode_jpeg is None:
+        return pil_tensor(read_pil(path))
     data = path.read_bytes()
     kind = jpeg_kind(data)
-    if kind is None or decode_jpeg is None or not _AGREES.get(kind, True):
+    if kind is None or not _AGREES.get(kind, True):
         return pil_tensor(read_pil(path))
     try:
         pixels = decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
