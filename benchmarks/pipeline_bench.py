@@ -13,10 +13,11 @@ Per model, each tree runs in a fresh process of its own (PYTHONPATH=<tree>), bef
 alternately, `--repeats` times; inside one, `--rounds` rounds alternate the bare forward pass
 (`model(**inputs, output_attentions=True)` on the same batches, preprocessed beforehand, under
 the same one torch thread) and the extraction task as `sweep run --in-process` runs it (every
-shard's `run_task`, the model already loaded). Reported per tree: the median of each process's
-median rounds: inputs/s of both, their ratio, and CPU ms per input outside the forward pass
-(the process's CPU time of an extraction round less that of a bare round, every thread
-counted).
+shard's `run_task`, the model already loaded), each round writing new chunk files as a sweep
+does (`--rewrite`: replacing the last round's, as a rerun does). Reported per tree: the median
+of each process's median rounds: inputs/s of both, their ratio, and CPU ms per input outside
+the forward pass (the process's CPU time of an extraction round less that of a bare round,
+every thread counted).
 
 `--simulate`: a simulated device instead, on this tree only: the forward pass sleeps t ms per
 batch (the GIL released, as a GPU call) and hands the sink precomputed maps; throughput against
@@ -179,16 +180,36 @@ class Measured:
         for task in self.tasks:
             run_task(task)
 
-    def rounds(self, count: int) -> dict[str, list[tuple[float, float]]]:
-        """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up."""
+    def unwrite(self) -> None:
+        """Remove what the extraction tasks wrote (their arrays' chunks, their markers), so the
+        next round writes new files as a sweep does; left out with `--rewrite`, a round replaces
+        the last round's files (on ext4, replacing a file through a rename flushes its data:
+        about 1 ms of wall per ViT-B chunk here that a sweep's first write does not wait for)."""
+        import shutil
+
+        store, model = Path(str(self.tasks[0].store)), self.tasks[0].model
+        for name in WRITTEN:
+            shutil.rmtree(store / model / name / "c", ignore_errors=True)
+        for marker in (store / ".sweep" / "markers" / model).glob("extract-*"):
+            marker.unlink()
+
+    def rounds(self, count: int, rewrite: bool = False) -> dict[str, list[tuple[float, float]]]:
+        """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up;
+        each extraction round into new chunk files (`unwrite` before it, not timed) unless
+        `rewrite`."""
         times: dict[str, list[tuple[float, float]]] = {"bare": [], "extract": []}
         self.bare(), self.extract()  # warm-up: caches, allocator, the first write of each chunk
         for _ in range(count):
             for name, fn in (("bare", self.bare), ("extract", self.extract)):
+                if name == "extract" and not rewrite:
+                    self.unwrite()
                 wall, cpu = time.perf_counter(), time.process_time()
                 fn()
                 times[name].append((time.perf_counter() - wall, time.process_time() - cpu))
         return times
+
+
+WRITTEN = ("attention", "n_tokens", "token_kind", "input_digest", "device_rollout_kappa")
 
 
 def zarr_shape(task) -> tuple[int, ...]:
@@ -202,18 +223,19 @@ def child(args: argparse.Namespace) -> None:
     spec = json.loads(args.child)
     measured = Measured(spec["config"], spec["scratch"])
     if spec.get("simulate"):
-        print(json.dumps(simulate(measured.extractor, measured.batches, measured.extract,
+        print(json.dumps(simulate(measured.extractor, measured.batches, measured,
                                   measured.n, spec)), flush=True)
         return
     load = os.getloadavg()[0]
-    times = measured.rounds(spec["rounds"])
+    times = measured.rounds(spec["rounds"], spec.get("rewrite", False))
     print(json.dumps({"n": measured.n, "times": times, "load": [load, os.getloadavg()[0]]}),
           flush=True)
 
 
-def simulate(extractor, batches: list, extract, n: int, spec: dict) -> dict:
+def simulate(extractor, batches: list, measured: Measured, n: int, spec: dict) -> dict:
     """The extraction task with a simulated device: each forward pass sleeps t ms (the GIL
-    released) and gives the installed sink precomputed maps, one per layer."""
+    released) and gives the installed sink precomputed maps, one per layer; each round into
+    new chunk files unless `rewrite`."""
     import torch
 
     first = batches[0]
@@ -232,23 +254,26 @@ def simulate(extractor, batches: list, extract, n: int, spec: dict) -> dict:
         for _ in range(extractor.n_layers):
             sinks[-1](probs[:len(batch.positions)])
 
+    def timed() -> tuple[float, float]:
+        """(wall s, process CPU s) per batch of `rounds` extraction rounds."""
+        wall = cpu = 0.0
+        for _ in range(spec["rounds"]):
+            if not spec.get("rewrite"):
+                measured.unwrite()
+            start, used = time.perf_counter(), time.process_time()
+            measured.extract()
+            wall += time.perf_counter() - start
+            cpu += time.process_time() - used
+        return wall / (spec["rounds"] * batch_count), cpu / (spec["rounds"] * batch_count)
+
     extractor.install_hooks, extractor.forward = install_hooks, forward
     batch_count = len(batches)
-    extract()  # warm-up
-    cpu = time.process_time()
-    start = time.perf_counter()
-    for _ in range(spec["rounds"]):
-        extract()
-    work = (time.process_time() - cpu) / (spec["rounds"] * batch_count)  # CPU-s per batch
-    zero = (time.perf_counter() - start) / (spec["rounds"] * batch_count)
+    measured.extract()  # warm-up
+    zero, work = timed()  # work: CPU-s per batch
     out = {"n": n, "batches": batch_count, "work_s": work, "t0_wall_s": zero, "points": []}
     for factor in spec["factors"]:
         state["t"] = factor * work
-        start = time.perf_counter()
-        for _ in range(spec["rounds"]):
-            extract()
-        per_batch = (time.perf_counter() - start) / (spec["rounds"] * batch_count)
-        out["points"].append({"t_s": state["t"], "wall_s": per_batch})
+        out["points"].append({"t_s": state["t"], "wall_s": timed()[0]})
     out["load"] = os.getloadavg()[0]
     return out
 
@@ -289,6 +314,9 @@ def main() -> None:
                         help="inputs per model (default: 128; 16 for dinov2-518)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds in each process")
     parser.add_argument("--repeats", type=int, default=2, help="processes per tree and model")
+    parser.add_argument("--rewrite", action="store_true",
+                        help="each round replaces the last round's chunk files (default: "
+                             "new files, as a sweep writes them)")
     parser.add_argument("--simulate", action="store_true",
                         help="a simulated device on this tree instead")
     parser.add_argument("--factors", default="0,0.25,0.5,1,2,4",
@@ -310,7 +338,7 @@ def main() -> None:
             path, options = thin_model(folder / "models", name)
             n = args.images or DEFAULT_INPUTS[name]
             spec = {"config": sweep_config(folder, path, options, name, n, BATCH[name], images),
-                    "scratch": scratch, "rounds": args.rounds}
+                    "scratch": scratch, "rounds": args.rounds, "rewrite": args.rewrite}
             if args.simulate:
                 factors = [float(f) for f in args.factors.split(",")]
                 report_simulation(name, run_child(ROOT, spec | {"simulate": True,

@@ -194,7 +194,13 @@ class Pool:
         self.client.wait_for_workers(self.cores, timeout=60)
 
     def close(self) -> None:
-        self.resume()
+        """Resume, disconnect and stop the pool; a process already gone (the error that ends
+        the run says why) is left out, so that error is the one reported."""
+        for pid in (self.scheduler.pid, self.workers.pid, *self.worker_pids):
+            try:
+                psutil.Process(pid).resume()
+            except psutil.NoSuchProcess:
+                pass
         self.client.close()
         for process in (self.workers, self.scheduler):
             process.terminate()

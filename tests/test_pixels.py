@@ -61,6 +61,9 @@ def test_every_file_gives_its_pil_images_pixels_and_jpegs_come_from_torchvision(
     for name, tensor, image in zip(data.ids, got, data.load(range(len(data))), strict=True):
         assert tensor.dtype == torch.uint8 and tensor.shape == (3, image.height, image.width)
         assert torch.equal(tensor, pil_tensor(image)), name
+        assert torch.equal(pil_tensor(image), torch.from_numpy(np.array(image)).permute(2, 0, 1))
+        # laid out as the processor keeps each image (channel-first, contiguous): no copy there
+        assert tensor.is_contiguous() and pil_tensor(image).is_contiguous()
     # each RGB JPEG kind was checked against PIL once, and agreed: its pixels are the decoder's
     assert len(pixels._AGREES) == len({(o.get("subsampling", 2), o.get("progressive", False))
                                        for _, _, o in JPEGS})

@@ -180,8 +180,9 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         "image processor",
         "thin ViT-B (224 px, ViTImageProcessor): 5.93 CPU ms per input outside the forward "
         "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
-        "--before <a worktree of 966479d> --models vit-b,roberta --images 512 (this tree's "
-        "'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; 2-core "
+        "--before <a worktree of 966479d> --models vit-b,roberta --images 512 --rewrite "
+        "(this tree's 'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; "
+        "each round replaced the last one's chunks, as a rerun does; 2-core "
         "Intel Xeon, quiet: load average 0.9-2.0; 2026-12-06; a second run: 5.23 ms)",
     ),
     "HOST_TEXT_S": Constant(
@@ -195,7 +196,8 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         "buffer, checked finite, written to the store",
         "thin DINOv2 at 518 px (T = 1370, 90.1 MB per input): 129.1 CPU ms per input outside "
         "the forward pass / 90.1 MB (its decode and processor included: an upper bound); the "
-        "same command, --models dinov2-l-reg,dinov2-518, load average 3.6-4.6",
+        "same command, --models dinov2-l-reg,dinov2-518, load average 3.6-4.6 (each round "
+        "replaced the last one's chunks: new files cost less)",
     ),
 })
 
