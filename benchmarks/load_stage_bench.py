@@ -68,7 +68,7 @@ def channel_first_copies(images: list, rounds: int) -> None:
     decoded = [np.array(image) for image in images]
     views = [torch.from_numpy(array).permute(2, 0, 1) for array in decoded]
     for name, copy in (("torch .contiguous()", lambda: [v.contiguous() for v in views]),
-                       ("numpy transpose", lambda: [channels_first(a) for a in decoded])):
+                       ("numpy transpose", lambda: [channels_first(v.numpy()) for v in views])):
         copy()  # warm-up
         best = float("inf")
         for _ in range(rounds):

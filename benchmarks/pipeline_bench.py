@@ -187,11 +187,14 @@ class Measured:
         about 1 ms of wall per ViT-B chunk here that a sweep's first write does not wait for)."""
         import shutil
 
+        from storage.layout import DEVICE_ROLLOUT
+        from storage.markers import clear
+
         store, model = Path(str(self.tasks[0].store)), self.tasks[0].model
-        for name in WRITTEN:
+        for name in ("attention", "n_tokens", "token_kind", "input_digest", DEVICE_ROLLOUT):
             shutil.rmtree(store / model / name / "c", ignore_errors=True)
-        for marker in (store / ".sweep" / "markers" / model).glob("extract-*"):
-            marker.unlink()
+        for task in self.tasks:
+            clear(task.store, task.scope, task.marker)
 
     def rounds(self, count: int, rewrite: bool = False) -> dict[str, list[tuple[float, float]]]:
         """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up;
@@ -209,9 +212,6 @@ class Measured:
         return times
 
 
-WRITTEN = ("attention", "n_tokens", "token_kind", "input_digest", "device_rollout_kappa")
-
-
 def zarr_shape(task) -> tuple[int, ...]:
     import zarr
 
@@ -223,8 +223,7 @@ def child(args: argparse.Namespace) -> None:
     spec = json.loads(args.child)
     measured = Measured(spec["config"], spec["scratch"])
     if spec.get("simulate"):
-        print(json.dumps(simulate(measured.extractor, measured.batches, measured,
-                                  measured.n, spec)), flush=True)
+        print(json.dumps(simulate(measured, spec)), flush=True)
         return
     load = os.getloadavg()[0]
     times = measured.rounds(spec["rounds"], spec.get("rewrite", False))
@@ -232,12 +231,13 @@ def child(args: argparse.Namespace) -> None:
           flush=True)
 
 
-def simulate(extractor, batches: list, measured: Measured, n: int, spec: dict) -> dict:
+def simulate(measured: Measured, spec: dict) -> dict:
     """The extraction task with a simulated device: each forward pass sleeps t ms (the GIL
     released) and gives the installed sink precomputed maps, one per layer; each round into
     new chunk files unless `rewrite`."""
     import torch
 
+    extractor, batches = measured.extractor, measured.batches
     first = batches[0]
     rows, tokens = len(first.positions), len(first.positions[0])
     gen = torch.Generator().manual_seed(0)
@@ -270,7 +270,7 @@ def simulate(extractor, batches: list, measured: Measured, n: int, spec: dict) -
     batch_count = len(batches)
     measured.extract()  # warm-up
     zero, work = timed()  # work: CPU-s per batch
-    out = {"n": n, "batches": batch_count, "work_s": work, "t0_wall_s": zero, "points": []}
+    out = {"n": measured.n, "batches": batch_count, "work_s": work, "t0_wall_s": zero, "points": []}
     for factor in spec["factors"]:
         state["t"] = factor * work
         out["points"].append({"t_s": state["t"], "wall_s": timed()[0]})

@@ -41,15 +41,15 @@ _LOCK = threading.Lock()
 def pil_tensor(image: Image.Image) -> torch.Tensor:
     """An RGB PIL image as (channel, row, column) uint8: the tensor an image processor's
     torchvision backend makes of it."""
-    return channels_first(np.asarray(image))
+    return channels_first(np.asarray(image).transpose(2, 0, 1))
 
 
-def channels_first(rgb: np.ndarray) -> torch.Tensor:
-    """(row, column, channel) pixels as a contiguous (channel, row, column) tensor: the layout
+def channels_first(pixels: np.ndarray) -> torch.Tensor:
+    """(channel, row, column) pixels, whatever their strides, as a contiguous tensor: the layout
     an image processor's torchvision backend copies every image into (`.contiguous()`), made
-    here by numpy's transpose, which does that copy in half to two thirds of torch's time; the
-    processor's own copy is then none."""
-    return torch.from_numpy(np.array(rgb.transpose(2, 0, 1), order="C"))
+    here by numpy's copy, which takes half to two thirds of torch's time; the processor's own
+    copy is then none."""
+    return torch.from_numpy(np.array(pixels, order="C"))
 
 
 def rgb_pixels(path: Path, read_pil: Callable[[Path], Image.Image]) -> torch.Tensor:
@@ -72,7 +72,7 @@ def rgb_pixels(path: Path, read_pil: Callable[[Path], Image.Image]) -> torch.Ten
                 _AGREES[kind] = _check(path, kind, pixels, read_pil)
         if not _AGREES[kind]:
             return pil_tensor(read_pil(path))
-    return pixels if pixels.is_contiguous() else channels_first(pixels.permute(1, 2, 0).numpy())
+    return pixels if pixels.is_contiguous() else channels_first(pixels.numpy())
 
 
 def jpeg_kind(data: bytes) -> JpegKind | None:
