@@ -15,8 +15,11 @@ alternately, `--repeats` times; inside one, `--rounds` rounds alternate the bare
 the same one torch thread) and the extraction task as `sweep run --in-process` runs it (every
 shard's `run_task`, the model already loaded), each round writing new chunk files as a sweep
 does (`--rewrite`: replacing the last round's, as a rerun does). Reported per tree: the median
-of each process's median rounds: inputs/s of both, their ratio, and CPU ms per input outside
-the forward pass (the process's CPU time of an extraction round less that of a bare round,
+of each process's median rounds: inputs/s of both; their ratio, paired (each extraction round's
+pace against the bare round just before it: this machine's pace drifts by tens of percent
+between processes, less between neighbouring rounds), and the ratio of the two medians beside
+it (the statistic before 2026-12-06's fourth session); and CPU ms per input outside the forward
+pass (the process's CPU time of an extraction round less that of the bare round before it,
 every thread counted).
 
 `--simulate`: a simulated device instead, on this tree only: the forward pass sleeps t ms per
@@ -297,12 +300,17 @@ def summary(results: list[dict]) -> dict[str, float]:
 
     n = results[0]["n"]
     bare, extract = n / med("bare", 0), n / med("extract", 0)
+    ratio = statistics.median(  # each extraction round against the bare round just before it
+        statistics.median(b[0] / e[0] for e, b in zip(r["times"]["extract"], r["times"]["bare"],
+                                                      strict=True))
+        for r in results)
     outside = statistics.median(
         statistics.median(e[1] - b[1] for e, b in zip(r["times"]["extract"], r["times"]["bare"],
                                                       strict=True)) / r["n"] * 1e3
         for r in results)
     loads = [x for r in results for x in r["load"]]
-    return {"bare": bare, "extract": extract, "ratio": extract / bare, "cpu_ms": outside,
+    return {"bare": bare, "extract": extract, "ratio": ratio, "of_medians": extract / bare,
+            "cpu_ms": outside,
             "load_min": min(loads), "load_max": max(loads)}
 
 
@@ -353,11 +361,12 @@ def main() -> None:
 
 def report(name: str, n: int, batch: int, rows: dict[str, dict]) -> None:
     print(f"\n{name}: {n} inputs, batch {batch}")
-    print(f"  {'tree':<7} {'bare /s':>9} {'extract /s':>11} {'ratio':>6} "
+    print(f"  {'tree':<7} {'bare /s':>9} {'extract /s':>11} {'ratio':>6} {'of medians':>11} "
           f"{'CPU ms/input outside forward':>29} {'load':>9}")
     for tree, row in rows.items():
         print(f"  {tree:<7} {row['bare']:>9.1f} {row['extract']:>11.1f} {row['ratio']:>6.2f} "
-              f"{row['cpu_ms']:>29.2f} {row['load_min']:>4.1f}-{row['load_max']:<4.1f}")
+              f"{row['of_medians']:>11.2f} {row['cpu_ms']:>29.2f} "
+              f"{row['load_min']:>4.1f}-{row['load_max']:<4.1f}")
     if "before" in rows:
         print(f"  CPU ms outside the forward pass: before / after = "
               f"{rows['before']['cpu_ms'] / rows['after']['cpu_ms']:.2f}x", flush=True)

@@ -5,13 +5,24 @@ them from the bytes as zarr hands them to the store costs one CRC32C pass over d
 memory, where reading every chunk back would cost a second transfer (a GET per chunk on an object
 store). `written` maps each key to `[size, "crc32c:<hex>"]`, or None for a key zarr deleted (a
 chunk equal to the fill value is not stored).
+
+Over a local folder it also writes chunks itself (`file_writer`): what zarr's `LocalStore.set`
+does (the key's folders made, the bytes written to a temporary file beside the key, renamed over
+it) on the caller's thread, without zarr's event loop, its coroutine per chunk and its hand-off
+to another thread.
 """
 
 from __future__ import annotations
 
+import os
+import uuid
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import google_crc32c
+import numpy as np
+import zarr
 from zarr.abc.store import Store
 from zarr.core.buffer import Buffer
 from zarr.storage import WrapperStore
@@ -49,3 +60,36 @@ class RecordingStore(WrapperStore[Store]):
     async def delete(self, key: str) -> None:
         await self._store.delete(key)
         self.written[key] = None
+
+    def file_writer(self) -> Callable[[str, np.ndarray], None] | None:
+        """`write(key, data)`: `key` set to the bytes of `data` (a C-contiguous uint8 array, not
+        kept) as `set` sets it, recorded as `set` records it, on the caller's thread (several
+        threads may call it at once); None unless the wrapped store is a writable local folder
+        (object stores, memory and other wrappers go through zarr)."""
+        local = self._store
+        if type(local) is not zarr.storage.LocalStore or local.read_only:
+            return None
+        root = Path(local.root)
+
+        def write(key: str, data: np.ndarray) -> None:
+            data = data.view()
+            data.flags.writeable = False  # google_crc32c takes read-only buffers without a copy
+            record = [int(data.nbytes), crc32c_of(data)]
+            put_file(root / key, data)
+            self.written[key] = record
+
+        return write
+
+
+def put_file(path: Path, data: np.ndarray) -> None:
+    """`path` holds the bytes of `data` all at once: written to a temporary file in its folder
+    (made if missing), renamed over it; the temporary file removed if the write fails."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.name}.{uuid.uuid4().hex}.partial")
+    try:
+        with open(partial, "wb") as out:
+            out.write(memoryview(data))
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise

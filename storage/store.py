@@ -470,17 +470,22 @@ def _one_head(values: np.ndarray, what: str) -> np.ndarray:
     return values[:, :, 0]
 
 
-def write_attention(group: zarr.Group, start: int, attention: np.ndarray) -> None:
+def write_attention(group: zarr.Group, start: int, attention: np.ndarray,
+                    map_chunks: Callable[[Callable[[Any], Any], Sequence[Any]], Any] | None = None,
+                    ) -> None:
     """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b: each
     input's chunk as its bytes straight from `attention` where the array stores plain bytes
     (`raw_chunks`: no copy into a chunk of zarr's own, no check against the fill value), the
-    same bytes zarr writes; through zarr otherwise."""
+    same bytes zarr writes; through zarr otherwise. On a local folder the chunks are files
+    written by `map_chunks` (a map over them: in order on this thread by default; the
+    extraction's last batch spreads them over its cores), no event loop
+    (`RecordingStore.file_writer`)."""
     array = group["attention"]
     if _legacy(array, LEGACY_ATTENTION_DIMS):
         attention = _one_head(attention, f"{array.path}")
     elif raw_chunks(array) and attention.dtype == np.dtype("<f4") \
             and attention.shape[1:] == array.shape[1:] and attention.flags.c_contiguous:
-        _write_raw(array, start, attention)
+        _write_raw(array, start, attention, map_chunks or _in_order)
         return
     array[start:start + len(attention)] = attention
 
@@ -498,19 +503,22 @@ def raw_chunks(array: zarr.Array) -> bool:
             and tuple(array.chunks) == (1, *array.shape[1:]))
 
 
-def _write_raw(array: zarr.Array, start: int, attention: np.ndarray) -> None:
+def _write_raw(array: zarr.Array, start: int, attention: np.ndarray,
+               map_chunks: Callable[[Callable[[Any], Any], Sequence[Any]], Any]) -> None:
     """Each input's chunk of `attention` (C-contiguous little-endian float32, one input per
-    chunk: `raw_chunks`) set in `array`'s store at once, as zarr sets them; a chunk that is all
-    fill value (zero: never a real input's attention, whose rows sum to 1) goes through zarr,
-    which skips or deletes it. A store that keeps what it is given (in memory) gets copies:
-    `attention` is a buffer the caller reuses."""
+    chunk: `raw_chunks`) set in `array`'s store, as zarr sets them: as files by `map_chunks` on
+    a local folder (`RecordingStore.file_writer`), else all at once through zarr's event loop; a
+    chunk that is all fill value (zero: never a real input's attention, whose rows sum to 1)
+    goes through zarr, which skips or deletes it. A store that keeps what it is given (in
+    memory) gets copies: `attention` is a buffer the caller reuses."""
     stop = start + len(attention)
     if start < 0 or stop > array.shape[0]:
         raise IndexError(f"inputs {start}..{stop} of an attention array of {array.shape[0]}")
     prefix = f"{array.store_path.path}/" if array.store_path.path else ""
     store, prototype = array.store_path.store, default_buffer_prototype()
     zeros = (0,) * (array.ndim - 1)
-    keeps = _keeps_buffers(store)
+    direct = store.file_writer() if isinstance(store, RecordingStore) else None
+    keeps = direct is None and _keeps_buffers(store)
     items, empty = [], []
     for offset, values in enumerate(attention):
         if not values[0, 0, 0].any() and not values.any():
@@ -518,11 +526,21 @@ def _write_raw(array: zarr.Array, start: int, attention: np.ndarray) -> None:
             continue
         key = prefix + array.metadata.encode_chunk_key((start + offset, *zeros))
         chunk = values.reshape(-1).view(np.uint8)
-        items.append((key, prototype.buffer.from_array_like(chunk.copy() if keeps else chunk)))
-    if items:
-        sync(concurrent_map(items, store.set, limit=zarr.config.get("async.concurrency")))
+        items.append((key, chunk.copy() if keeps else chunk))
+    if items and direct is not None:
+        map_chunks(lambda item: direct(*item), items)
+    elif items:
+        sync(concurrent_map([(key, prototype.buffer.from_array_like(chunk))
+                             for key, chunk in items], store.set,
+                            limit=zarr.config.get("async.concurrency")))
     for offset in empty:
         array[start + offset:start + offset + 1] = attention[offset:offset + 1]
+
+
+def _in_order(fn: Callable[[Any], Any], items: Sequence[Any]) -> None:
+    """`fn` over `items` on this thread, in order."""
+    for item in items:
+        fn(item)
 
 
 def _keeps_buffers(store: object) -> bool:

@@ -225,7 +225,7 @@ def test_a_failing_stage_reaches_the_caller_first_in_batch_order_and_stops_every
             raise ValueError("load 3")
         return parts(lambda x: x, [k])[0]
 
-    def write(k, result):
+    def write(k, result, parts):
         time.sleep(0.05)
         order.append(k)
         if k == 2:
@@ -235,7 +235,7 @@ def test_a_failing_stage_reaches_the_caller_first_in_batch_order_and_stops_every
         run_batches(6, load, lambda k, item: item, write, cores=2)
     assert order == [0, 1, 2] and not _threads()
     with pytest.raises(ValueError, match="load 3"):
-        run_batches(6, load, lambda k, item: item, lambda k, r: None, cores=2)
+        run_batches(6, load, lambda k, item: item, lambda k, r, parts: None, cores=2)
     assert not _threads()
 
 
@@ -248,7 +248,7 @@ def test_ctrl_c_in_the_forward_pass_stops_the_writer_between_chunks():
             raise KeyboardInterrupt
         return item
 
-    def write(k, result):
+    def write(k, result, parts):
         for chunk in range(50):
             if stop.is_set():
                 return
@@ -259,6 +259,28 @@ def test_ctrl_c_in_the_forward_pass_stops_the_writer_between_chunks():
         run_batches(5, lambda k, parts: k, run, write, cores=2, stop=stop)
     assert stop.is_set() and not _threads()
     assert len([w for w in written if w[0] == 1]) < 50  # batch 1's write cut short
+
+
+def test_the_last_write_has_the_pool_and_every_other_write_its_own_thread():
+    """Batch k's write maps over its parts on the writer's thread while later batches load and
+    run; the last batch's write, with nothing left to load, on the pool of the task's cores."""
+    seen: dict[int, set[str]] = {}
+    together = threading.Barrier(2, timeout=60)  # the last write's first two parts, at once
+
+    def write(k, result, parts):
+        def note(part):
+            seen.setdefault(k, set()).add(threading.current_thread().name)
+            if k == 2 and part < 2:
+                together.wait()
+
+        parts(note, range(8))
+
+    run_batches(3, lambda k, parts: k, lambda k, item: item, write, cores=2)
+    assert all(len(seen[k]) == 1 and next(iter(seen[k])).startswith("extract-write")
+               for k in (0, 1))
+    assert len(seen[2]) == 2 and all(name.startswith("extract-part") for name in seen[2])
+    assert not together.broken
+    assert not _threads()
 
 
 def test_one_core_runs_every_stage_on_the_callers_thread():

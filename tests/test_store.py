@@ -8,13 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 import zarr
 
-from storage import markers
+from storage import markers, recording
 from storage import store as store_module
 from storage.errors import InputError
 from storage.fingerprint import describe_changes, fingerprint
@@ -22,6 +23,7 @@ from storage.integrity import written_by
 from storage.layout import BASELINE_VARS, FORMAT, MODEL_VARS, RESULT_VARS
 from storage.lock import StoreBusyError, StoreLock
 from storage.query.status import store_status
+from storage.recording import RecordingStore, crc32c_of
 from storage.store import (
     StoreMismatchError,
     create_root,
@@ -86,31 +88,68 @@ def test_attention_is_stored_raw_and_everything_else_compressed(tmp_path):
     assert np.array_equal(group["attention"][:4], attention)
 
 
+def _on_two_threads(fn, items):
+    with ThreadPoolExecutor(2) as pool:
+        return list(pool.map(fn, items))
+
+
 def test_attention_chunks_written_as_their_bytes_are_the_files_and_checksums_zarr_writes(
         tmp_path):
-    """`write_attention` sets each chunk's bytes itself (`raw_chunks`); an all-zero chunk, which
-    zarr does not store (and deletes where one was), goes through zarr."""
+    """`write_attention` writes each chunk's bytes as its file itself (`raw_chunks`,
+    `RecordingStore.file_writer`), on this thread or mapped over a pool; an all-zero chunk,
+    which zarr does not store (and deletes where one was), goes through zarr."""
     values = np.random.default_rng(0).random((5, 3, 1, 5, 5)).astype(np.float32)
     values[3] = 0.0
     files, sums = [], []
-    for name, raw in (("zarr", False), ("raw", True)):
+    for name in ("zarr", "raw", "pool"):
         make_model(tmp_path / f"{name}.zarr")
         group = open_model(tmp_path / f"{name}.zarr", "m", mode="r+")
         assert store_module.raw_chunks(group["attention"])
         group["attention"][:5] = np.ones((5, 3, 1, 5, 5), np.float32)  # chunks to overwrite
-        if raw:
-            write_attention(group, 2, values[2:])
-            write_attention(group, 0, values[:2])
-        else:
+        if name == "zarr":
             group["attention"][:5] = values
+        else:
+            mapper = _on_two_threads if name == "pool" else None
+            write_attention(group, 2, values[2:], mapper)
+            write_attention(group, 0, values[:2], mapper)
         folder = tmp_path / f"{name}.zarr" / "m" / "attention"
         files.append({str(f.relative_to(folder)): f.read_bytes()
                       for f in sorted(folder.rglob("*")) if f.is_file()})
         sums.append({k: v for k, v in written_by(group).items()
                      if "/attention/c/" in k})
         assert np.array_equal(group["attention"][:5], values)
-    assert files[0] == files[1] and "c/3/0/0/0/0" not in files[1] and len(files[1]) == 5
-    assert sums[0] == sums[1]
+    assert files[0] == files[1] == files[2] and "c/3/0/0/0/0" not in files[1]
+    assert len(files[1]) == 5 and sums[0] == sums[1] == sums[2]
+
+
+def test_chunks_go_around_zarrs_event_loop_only_into_a_writable_local_folder(tmp_path):
+    """A recording store writes chunk files itself only over a local folder zarr may write;
+    every other store goes through zarr."""
+    local = zarr.storage.LocalStore(tmp_path / "a.zarr")
+    assert RecordingStore(local).file_writer() is not None
+    read_only = zarr.storage.LocalStore(tmp_path / "a.zarr", read_only=True)
+    assert RecordingStore(read_only).file_writer() is None
+    assert RecordingStore(zarr.storage.MemoryStore()).file_writer() is None
+
+
+def test_a_chunk_file_write_records_what_it_wrote_and_a_failed_one_leaves_the_old_file(
+        tmp_path, monkeypatch):
+    store = RecordingStore(zarr.storage.LocalStore(tmp_path / "a.zarr"))
+    write = store.file_writer()
+    data = np.arange(12, dtype=np.uint8)
+    write("x/c/0", data)
+    assert (tmp_path / "a.zarr" / "x" / "c" / "0").read_bytes() == data.tobytes()
+    assert store.written["x/c/0"] == [12, crc32c_of(data.tobytes())]
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(recording.os, "replace", full)
+    with pytest.raises(OSError, match="No space"):
+        write("x/c/0", np.zeros(12, dtype=np.uint8))
+    assert [p.name for p in (tmp_path / "a.zarr" / "x" / "c").iterdir()] == ["0"]
+    assert (tmp_path / "a.zarr" / "x" / "c" / "0").read_bytes() == data.tobytes()
+    assert store.written["x/c/0"] == [12, crc32c_of(data.tobytes())]
 
 
 @pytest.mark.parametrize("memory", ["zarr", "obstore"])

@@ -236,15 +236,18 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
                 str(extractor.device))
         return buffers.filled(k, len(batch.positions))
 
-    def write(k: int, filled: Filled) -> None:
+    def write(k: int, filled: Filled, parts: Mapper) -> None:
         rows = shard.rows(k)
         attention = filled.ready()  # (b, L, H, t_max, t_max)
-        check_finite(task.model, attention, shard.ids[rows])
+        ids = shard.ids[rows]
+        parts(lambda b: check_finite(task.model, attention[b:b + 1], ids[b:b + 1]),
+              range(len(attention)))  # every input checked before any is written
         step = max(1, WRITE_BLOCK_BYTES // max(attention[0].nbytes, 1))
         for a in range(0, len(attention), step):
             if stop.is_set():  # Ctrl-C: the task is failing, its marker never written
                 return
-            write_attention(shard.group, task.start + rows.start + a, attention[a:a + step])
+            write_attention(shard.group, task.start + rows.start + a, attention[a:a + step],
+                            parts)
 
     with fixed_torch(TORCH_THREADS):
         run_batches(len(shard.firsts), load, run, write, cores, stop)

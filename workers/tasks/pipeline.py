@@ -27,16 +27,17 @@ def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
 
 
 def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, Any], Any],
-                write: Callable[[int, Any], None], cores: int,
+                write: Callable[[int, Any, Mapper], None], cores: int,
                 stop: threading.Event | None = None) -> None:
-    """For k in 0..n-1: `write(k, run(k, load(k, parts)))`, pipelined on `cores` > 1 (`parts`
-    maps a function over a batch's parts on the pool; serially with one core). `run` always
-    runs on the calling thread; `write(k)` starts after `run(k)` and before `run(k + 2)`
-    starts (two buffers suffice); `load(k + 1)` while `run(k)` runs."""
+    """For k in 0..n-1: `write(k, run(k, load(k, parts)), parts)`, pipelined on `cores` > 1
+    (`parts` maps a function over a batch's parts on the pool; serially with one core, and for
+    every write but the last, which runs alone). `run` always runs on the calling thread;
+    `write(k)` starts after `run(k)` and before `run(k + 2)` starts (two buffers suffice);
+    `load(k + 1)` while `run(k)` runs."""
     stop = stop or threading.Event()
     if cores <= 1:
         for k in range(n):
-            write(k, run(k, load(k, serial_map)))
+            write(k, run(k, load(k, serial_map)), serial_map)
         return
     parts = ThreadPoolExecutor(cores, thread_name_prefix="extract-part")
     loader = ThreadPoolExecutor(1, thread_name_prefix="extract-load")
@@ -56,7 +57,8 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
             result = run(k, item)
             if written is not None:
                 written.result()
-            written = writer.submit(write, k, result)
+            # the last write has the cores to itself: every load is done
+            written = writer.submit(write, k, result, on_pool if k == n - 1 else serial_map)
         if written is not None:
             written.result()
     except KeyboardInterrupt:
