@@ -470,9 +470,12 @@ def _one_head(values: np.ndarray, what: str) -> np.ndarray:
     return values[:, :, 0]
 
 
+ChunkMap = Callable[[Callable[[Any], Any], Sequence[Any]], Any]
+"""How `write_attention` maps its chunk writes: (function, items) -> results."""
+
+
 def write_attention(group: zarr.Group, start: int, attention: np.ndarray,
-                    map_chunks: Callable[[Callable[[Any], Any], Sequence[Any]], Any] | None = None,
-                    ) -> None:
+                    map_chunks: ChunkMap | None = None) -> None:
     """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b: each
     input's chunk as its bytes straight from `attention` where the array stores plain bytes
     (`raw_chunks`: no copy into a chunk of zarr's own, no check against the fill value), the
@@ -504,7 +507,7 @@ def raw_chunks(array: zarr.Array) -> bool:
 
 
 def _write_raw(array: zarr.Array, start: int, attention: np.ndarray,
-               map_chunks: Callable[[Callable[[Any], Any], Sequence[Any]], Any]) -> None:
+               map_chunks: ChunkMap) -> None:
     """Each input's chunk of `attention` (C-contiguous little-endian float32, one input per
     chunk: `raw_chunks`) set in `array`'s store, as zarr sets them: as files by `map_chunks` on
     a local folder (`RecordingStore.file_writer`), else all at once through zarr's event loop; a
