@@ -1,8 +1,9 @@
 """An image batch's load stage, PIL's path against the tensor path (`Dataset.load` against
 `Dataset.load_pixels`, issue 41): per input, the CPU ms of reading and decoding, and of the model's
 own image processor (`Extractor.prepare`), in one process, the same 500 x 375 JPEGs and thin ViT-B
-as `pipeline_bench.py`; best of `--rounds`, each path timed after a warm-up. Then the copy into
-the processor's channel-first layout, by torch (the processor's own) and by numpy (ours).
+as `pipeline_bench.py`; best of `--rounds`, each path timed after a warm-up. The tensors go
+through the processor twice: as it takes them itself (a channel-first copy of each before its
+resize) and as the extractor gives them (`workers.models.hf.keep_layout`: resized as decoded).
 
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/load_stage_bench.py [--images 64] [--rounds 3]
 """
@@ -38,8 +39,12 @@ def main() -> None:
         print(f"{args.images} inputs, {type(dataset).__name__}, "
               f"{type(extractor.processor).__name__} ({extractor.processor.backend} backend)")
         everything = range(args.images)
-        for name, read in (("load (PIL images)", dataset.load),
-                           ("load_pixels (tensors)", dataset.load_pixels)):
+        layout = extractor.layout_processor
+        paths = (("load (PIL images)", dataset.load, layout),
+                 ("load_pixels, copied", dataset.load_pixels, None),
+                 ("load_pixels, as decoded", dataset.load_pixels, layout))
+        for name, read, processor in paths:
+            extractor.layout_processor = processor  # None: the processor's own path
             extractor.prepare(read(everything))  # warm-up
             best = (float("inf"), float("inf"))
             for _ in range(args.rounds):
@@ -50,33 +55,8 @@ def main() -> None:
                 best = min(best, (middle - start, time.process_time() - middle),
                            key=sum)
             read_ms, prepare_ms = (1e3 * t / args.images for t in best)
-            print(f"  {name:<22} read and decode {read_ms:5.2f} ms, processor {prepare_ms:5.2f} "
+            print(f"  {name:<24} read and decode {read_ms:5.2f} ms, processor {prepare_ms:5.2f} "
                   f"ms, together {read_ms + prepare_ms:5.2f} CPU ms per input")
-        channel_first_copies(dataset.load(everything), args.rounds)
-
-
-def channel_first_copies(images: list, rounds: int) -> None:
-    """CPU ms per picture of the copy of an RGB decode (row, column, channel) into the layout the
-    processor keeps (channel, row, column, contiguous): torch's `.contiguous()` of the permuted
-    view, as the processor makes it, and numpy's transpose (`workers.inputs.pixels`); best of
-    `rounds`."""
-    import numpy as np
-    import torch
-
-    from workers.inputs.pixels import channels_first
-
-    decoded = [np.array(image) for image in images]
-    views = [torch.from_numpy(array).permute(2, 0, 1) for array in decoded]
-    for name, copy in (("torch .contiguous()", lambda: [v.contiguous() for v in views]),
-                       ("numpy transpose", lambda: [channels_first(v.numpy()) for v in views])):
-        copy()  # warm-up
-        best = float("inf")
-        for _ in range(rounds):
-            start = time.process_time()
-            copy()
-            best = min(best, time.process_time() - start)
-        print(f"  channel-first copy, {name:<20} {1e3 * best / len(images):5.2f} CPU ms per "
-              f"picture")
 
 
 if __name__ == "__main__":

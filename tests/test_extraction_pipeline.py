@@ -156,6 +156,56 @@ def test_one_heads_map_is_its_mean_bit_for_bit(dtype):
     assert torch.equal(got, probs.mean(dim=1, dtype=torch.float32))
 
 
+@pytest.mark.parametrize("name", ["tiny-dinov2-reg", "tiny-vit"])  # HF, timm
+def test_parts_prepared_into_a_batchs_rows_are_joined_without_a_copy(tmp_path, name):
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models.extraction import join_batches, load_extractor, row_views
+    from workers.models.registry import resolve_model
+
+    data = open_dataset(DatasetSpec(kind="image", path=str(jpeg_folder(tmp_path / "j"))))
+    extractor = load_extractor(resolve_model(name), device="cpu")
+    key = next(iter(extractor.prepare(extractor.read(data, [0])).inputs))
+    whole = extractor.prepare(extractor.read(data, range(5)))
+    reused = {key: torch.full((6, *whole.inputs[key].shape[1:]), 7.0)}  # a batch k-2's buffer
+    parts = [extractor.prepare_into(extractor.read(data, rows), row_views(reused, rows))
+             for rows in (range(0, 3), range(3, 5))]
+    joined = join_batches(parts, out=reused)
+    assert joined.inputs[key].data_ptr() == reused[key].data_ptr()  # the parts lie in it
+    assert torch.equal(joined.inputs[key], whole.inputs[key])
+    assert (reused[key][5] == 7.0).all()  # beyond this batch's rows: untouched
+    # parts prepared elsewhere are copied into the buffer
+    apart = [extractor.prepare(extractor.read(data, rows)) for rows in (range(0, 2), range(2, 5))]
+    assert torch.equal(join_batches(apart, out=reused).inputs[key], whole.inputs[key])
+
+
+def test_a_processor_that_resizes_a_decoders_layout_otherwise_gets_channel_first_copies(
+        tmp_path, caplog):
+    import logging
+
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models import hf
+    from workers.models.extraction import load_extractor
+    from workers.models.registry import resolve_model
+
+    data = open_dataset(DatasetSpec(kind="image", path=str(jpeg_folder(tmp_path / "j"))))
+    extractor = load_extractor(resolve_model("tiny-dinov2"), device="cpu")
+    expected = extractor.prepare(data.load(range(3))).inputs["pixel_values"]  # PIL images
+    tensors = extractor.read(data, range(3))
+    assert torch.equal(extractor.prepare(tensors).inputs["pixel_values"], expected)
+    assert extractor._layout_agrees is True
+    real = extractor.layout_processor
+    extractor.layout_processor = hf.keep_layout(extractor.processor)
+    resize = extractor.layout_processor.resize
+    extractor.layout_processor.resize = lambda image, *a, **k: resize(image, *a, **k) ^ 1
+    extractor._layout_agrees = None
+    with caplog.at_level(logging.WARNING, logger=hf.__name__):
+        assert torch.equal(extractor.prepare(tensors).inputs["pixel_values"], expected)
+        assert torch.equal(extractor.prepare(tensors).inputs["pixel_values"], expected)
+    assert extractor._layout_agrees is False and len(caplog.records) == 1
+    assert "copied channel-first" in caplog.text
+    extractor.layout_processor = real
+
+
 def _batch(tokens: list[int]):
     from workers.models.extraction import Batch
 

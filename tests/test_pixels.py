@@ -62,8 +62,9 @@ def test_every_file_gives_its_pil_images_pixels_and_jpegs_come_from_torchvision(
         assert tensor.dtype == torch.uint8 and tensor.shape == (3, image.height, image.width)
         assert torch.equal(tensor, pil_tensor(image)), name
         assert torch.equal(pil_tensor(image), torch.from_numpy(np.array(image)).permute(2, 0, 1))
-        # laid out as the processor keeps each image (channel-first, contiguous): no copy there
-        assert tensor.is_contiguous() and pil_tensor(image).is_contiguous()
+        # laid out as a decoder writes them (row, column, channel): no copy before the resize
+        assert tensor.permute(1, 2, 0).is_contiguous()
+        assert pil_tensor(image).permute(1, 2, 0).is_contiguous()
     # each RGB JPEG kind was checked against PIL once, and agreed: its pixels are the decoder's
     assert len(pixels._AGREES) == len({(o.get("subsampling", 2), o.get("progressive", False))
                                        for _, _, o in JPEGS})
@@ -81,6 +82,31 @@ def test_an_image_processor_makes_the_same_inputs_of_both(folder):
         from_pil = processor(images=data.load(everything), return_tensors="pt")
         from_tensors = processor(images=data.load_pixels(everything), return_tensors="pt")
         assert torch.equal(from_pil["pixel_values"], from_tensors["pixel_values"])
+
+
+def test_the_layout_keeping_processor_gives_the_processors_values_without_copying(folder):
+    from transformers import BitImageProcessor, ViTImageProcessor
+
+    from workers.models.hf import keep_layout, sized_processor_kwargs
+
+    data = ImageFolder(DatasetSpec(kind="image", path=str(folder)))
+    everything = range(len(data))
+    tensors = data.load_pixels(everything)
+    processors = (ViTImageProcessor(),  # bilinear, to 224 x 224: up and down
+                  BitImageProcessor(size={"shortest_edge": 72},  # bicubic, then a crop
+                                    crop_size={"height": 64, "width": 64}))
+    for processor in processors:
+        kept = keep_layout(processor)
+        for kwargs in ({}, sized_processor_kwargs(processor, 40), sized_processor_kwargs(
+                processor, 300)):
+            expected = processor(images=data.load(everything), return_tensors="pt", **kwargs)
+            got = kept(images=tensors, return_tensors="pt", **kwargs)
+            assert torch.equal(got["pixel_values"], expected["pixel_values"]), (processor, kwargs)
+        # a decoder's tensor is taken as it lies; anything else as the processor takes it
+        assert kept.process_image(tensors[0]) is tensors[0]
+        image = data.load([0])[0]
+        assert torch.equal(kept.process_image(image), processor.process_image(image))
+        assert kept.process_image(tensors[0].float()).is_contiguous()
 
 
 def test_a_kind_the_decoders_disagree_on_goes_through_pil(folder, monkeypatch, caplog):

@@ -1,6 +1,8 @@
 """Image files as the (channel, row, column) uint8 tensor an image processor makes of PIL's RGB
 decode, without the PIL image: a JPEG goes through torchvision's decoder (libjpeg-turbo) straight
-into that tensor, where the two decoders agree bit for bit.
+into that tensor, where the two decoders agree bit for bit. The tensor is a view of the decode's
+rows of RGB pixels (row, column, channel in memory), not a channel-first copy: an image
+processor resizes that layout without converting it (`workers.models.hf.keep_layout`).
 
 They agree where it is checked: per process, the first file of each JPEG kind (its components'
 sampling factors, progressive or not, its Adobe colour transform) is decoded by both and
@@ -39,17 +41,9 @@ _LOCK = threading.Lock()
 
 
 def pil_tensor(image: Image.Image) -> torch.Tensor:
-    """An RGB PIL image as (channel, row, column) uint8: the tensor an image processor's
-    torchvision backend makes of it."""
-    return channels_first(np.asarray(image).transpose(2, 0, 1))
-
-
-def channels_first(pixels: np.ndarray) -> torch.Tensor:
-    """(channel, row, column) pixels, whatever their strides, as a contiguous tensor: the layout
-    an image processor's torchvision backend copies every image into (`.contiguous()`), made
-    here by numpy's copy, which takes half to two thirds of torch's time; the processor's own
-    copy is then none."""
-    return torch.from_numpy(np.array(pixels, order="C"))
+    """An RGB PIL image as (channel, row, column) uint8, the values an image processor's
+    torchvision backend makes of it: a view of its pixels' rows (`np.array`'s copy)."""
+    return torch.from_numpy(np.array(image)).permute(2, 0, 1)
 
 
 def rgb_pixels(path: Path, read_pil: Callable[[Path], Image.Image]) -> torch.Tensor:
@@ -72,7 +66,7 @@ def rgb_pixels(path: Path, read_pil: Callable[[Path], Image.Image]) -> torch.Ten
                 _AGREES[kind] = _check(path, kind, pixels, read_pil)
         if not _AGREES[kind]:
             return pil_tensor(read_pil(path))
-    return pixels if pixels.is_contiguous() else channels_first(pixels.numpy())
+    return pixels
 
 
 def jpeg_kind(data: bytes) -> JpegKind | None:

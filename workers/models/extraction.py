@@ -89,6 +89,12 @@ class Extractor(ABC):
     def prepare(self, items: Sequence[Any]) -> Batch:
         """Preprocess `items` into model inputs on the device, with real positions and kinds."""
 
+    def prepare_into(self, items: Sequence[Any], out: dict[str, torch.Tensor] | None) -> Batch:
+        """`prepare(items)`, its tensors written into `out`'s where they fit (`stack_into`: the
+        rows of a batch's reused buffer, for a part of its inputs, so that `join_batches` copies
+        nothing); by default, as `prepare` gives them."""
+        return self.prepare(items)
+
     @abstractmethod
     def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
         """Hooks that call `sink` once per layer with (batch, heads, query, key) probabilities."""
@@ -135,11 +141,26 @@ def layer_map(probs: torch.Tensor, each: bool) -> torch.Tensor:
     return probs.mean(dim=1, dtype=torch.float32)
 
 
+def stack_into(images: Sequence[torch.Tensor], out: torch.Tensor | None) -> torch.Tensor:
+    """`torch.stack(images)`, contiguous (the layout a model is called with), into `out` where
+    it is a contiguous CPU tensor of that shape and dtype."""
+    if out is not None and out.device.type == "cpu" and out.dtype == images[0].dtype \
+            and out.shape == (len(images), *images[0].shape) and out.is_contiguous():
+        return torch.stack(images, out=out)
+    return torch.stack(images).contiguous()
+
+
+def row_views(tensors: dict[str, torch.Tensor] | None, rows: range) -> dict[str, torch.Tensor]:
+    """`rows` of each tensor (along the batch): where `prepare_into` writes a part of a batch."""
+    return {name: tensor[rows.start:rows.stop] for name, tensor in (tensors or {}).items()}
+
+
 def join_batches(parts: Sequence[Batch], out: dict[str, torch.Tensor] | None = None) -> Batch:
     """Batches prepared from consecutive parts of one batch's inputs (by an extractor whose
-    `independent_inputs`), as one: tensors concatenated along the batch (into `out`'s tensors
-    of the joined shape where given), positions and kinds in order; other inputs (flags) from
-    the first part."""
+    `independent_inputs`), as one: tensors concatenated along the batch (into the first rows of
+    `out`'s tensors where they fit; nothing is copied where the parts were prepared into those
+    rows: `row_views`), positions and kinds in order; other inputs (flags) from the first
+    part."""
     if len(parts) == 1:
         return parts[0]
     inputs: dict[str, Any] = {}
@@ -150,13 +171,26 @@ def join_batches(parts: Sequence[Batch], out: dict[str, torch.Tensor] | None = N
         values = [part.inputs[name] for part in parts]
         target = None if out is None else out.get(name)
         rows = sum(len(v) for v in values)
-        if target is not None and target.shape == (rows, *value.shape[1:]) \
+        if target is not None and len(target) >= rows and target.shape[1:] == value.shape[1:] \
                 and target.dtype == value.dtype and target.device == value.device:
-            inputs[name] = torch.cat(values, out=target)
+            target = target[:rows]
+            inputs[name] = target if _laid_in(values, target) else torch.cat(values, out=target)
         else:
             inputs[name] = torch.cat(values)
     return Batch(inputs, [p for part in parts for p in part.positions],
                  [k for part in parts for k in part.token_kinds])
+
+
+def _laid_in(values: Sequence[torch.Tensor], target: torch.Tensor) -> bool:
+    """Whether `values` are `target`'s consecutive rows already (prepared into them)."""
+    row = 0
+    for value in values:
+        if len(value) and value.data_ptr() != target[row].data_ptr():
+            return False
+        if value.stride() != target.stride():
+            return False
+        row += len(value)
+    return True
 
 
 class ChunkSink:

@@ -16,12 +16,15 @@ through `interpolate_pos_encoding`).
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import inspect
 import json
+import logging
 import shutil
 import subprocess
 import tempfile
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -33,7 +36,13 @@ from transformers.utils import logging as hf_logging
 
 from storage.errors import ExtractionError, InputError
 from workers.exact.token_kinds import TokenKind
-from workers.models.extraction import Batch, Extractor, Sink, default_cache_dir
+from workers.models.extraction import (
+    Batch,
+    Extractor,
+    Sink,
+    default_cache_dir,
+    stack_into,
+)
 from workers.models.random_init import control_seed, seeded
 from workers.models.registry import ModelSpec
 from workers.models.tiny_text import tiny_tokenizer
@@ -44,6 +53,7 @@ IMAGE_PREFIX = {"deit": (TokenKind.CLS, TokenKind.DIST)}
 IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
 # Synthetic pictures `token_layout` runs the image processor on: portrait and landscape.
 PROBE_SIZES = ((640, 427), (427, 640))
+LOG = logging.getLogger(__name__)
 
 
 def model_location(source: str) -> str:
@@ -386,6 +396,11 @@ class HFExtractor(Extractor):
             self.tokenizer = self._tokenizer()
             return
         self.processor = self._image_processor()
+        self.layout_processor = (keep_layout(self.processor)
+                                 if getattr(self.processor, "backend", None) == "torchvision"
+                                 else None)
+        self._layout_agrees: bool | None = None  # checked on the first tensors `_pixels` meets
+        self._layout_lock = threading.Lock()
         size = self.spec.options.get("image_size")
         self.processor_kwargs = (
             sized_processor_kwargs(self.processor, int(size)) if size is not None else {}
@@ -465,6 +480,9 @@ class HFExtractor(Extractor):
         return [len(self._image_kinds(self._pixels(items)))] * len(items)
 
     def prepare(self, items: Sequence[Any]) -> Batch:
+        return self.prepare_into(items, None)
+
+    def prepare_into(self, items: Sequence[Any], out: dict[str, torch.Tensor] | None) -> Batch:
         if self.spec.modality == "text":
             encoded = self._tokenize(items, padding=True, return_tensors="pt")
             special = encoded.pop("special_tokens_mask")
@@ -477,7 +495,7 @@ class HFExtractor(Extractor):
             # Only what forward takes: DistilBERT has no use for token_type_ids.
             inputs = {k: v.to(self.device) for k, v in encoded.items() if k in self.input_names}
             return Batch(inputs, positions, kinds)
-        pixels = self._pixels(items)  # (batch, channels, H, W)
+        pixels = self._pixels(items, (out or {}).get("pixel_values"))  # (batch, channels, H, W)
         kinds = self._image_kinds(pixels)
         positions = [torch.arange(len(kinds))] * len(items)
         inputs = {"pixel_values": pixels.to(self.device, self.dtype)}
@@ -485,9 +503,40 @@ class HFExtractor(Extractor):
             inputs["interpolate_pos_encoding"] = True
         return Batch(inputs, positions, [kinds] * len(items))
 
-    def _pixels(self, items: Sequence[Any]) -> torch.Tensor:
-        return self.processor(images=list(items), return_tensors="pt",
-                              **self.processor_kwargs)["pixel_values"]
+    def _pixels(self, items: Sequence[Any], out: torch.Tensor | None = None) -> torch.Tensor:
+        """The processor's pixel values of `items` (batch, channels, H, W), contiguous, stacked
+        into `out` where it fits (`stack_into`). Pixel tensors (`load_pixels`) go through
+        `layout_processor`, each resized as it lies, once this extractor found on its first
+        one that this gives the processor's values bit for bit."""
+        if self.layout_processor is None:  # not a torchvision backend: its own stack
+            return self._processed(self.processor, items)
+        processor = self.processor
+        if all(map(layout_kept, items)):
+            if self._layout_agrees is None:
+                with self._layout_lock:
+                    if self._layout_agrees is None:
+                        self._layout_agrees = self._check_layout(items[0])
+            if self._layout_agrees:
+                processor = self.layout_processor
+        images = processor(images=list(items), return_tensors=None,
+                           **self.processor_kwargs)["pixel_values"]
+        if not all(isinstance(image, torch.Tensor) and image.shape == images[0].shape
+                   for image in images):  # sizes that differ: the processor's error
+            return self._processed(self.processor, items)
+        return stack_into(images, out)
+
+    def _processed(self, processor: Any, items: Sequence[Any]) -> torch.Tensor:
+        return processor(images=list(items), return_tensors="pt",
+                         **self.processor_kwargs)["pixel_values"]
+
+    def _check_layout(self, image: torch.Tensor) -> bool:
+        agrees = torch.equal(self._processed(self.layout_processor, [image]),
+                             self._processed(self.processor, [image.contiguous()]))
+        if not agrees:
+            LOG.warning("model %s: its image processor gives other values when it resizes a "
+                        "picture in its decoder's layout: every picture is copied channel-first "
+                        "in this process", self.spec.name)
+        return agrees
 
     # --- capture -------------------------------------------------------------------------------
     def install_hooks(self, sink: Sink) -> list[torch.utils.hooks.RemovableHandle]:
@@ -510,6 +559,36 @@ class HFExtractor(Extractor):
 
     def forward(self, batch: Batch) -> Any:
         return self.model(**batch.inputs)
+
+
+def layout_kept(image: Any) -> bool:
+    """An RGB picture `keep_layout`'s processor takes as it lies: (channel, row, column) uint8
+    on the CPU."""
+    return (isinstance(image, torch.Tensor) and image.dtype == torch.uint8 and image.ndim == 3
+            and image.shape[0] == 3 and image.device.type == "cpu")
+
+
+def keep_layout(processor: Any) -> Any:
+    """A copy of a torchvision-backend image processor that takes each `layout_kept` picture
+    as it lies in memory (a JPEG decoder's rows of RGB pixels: `workers.inputs.pixels`), where
+    the processor copies it channel-first (all its `process_image` does with such a picture);
+    its resize reads either layout. Other inputs go through the processor's own
+    `process_image`."""
+    kept = copy.copy(processor)
+    own_process, own_resize = kept.process_image, kept.resize
+
+    def process_image(image: Any, *args: Any, **kwargs: Any) -> Any:
+        if layout_kept(image) and kwargs.get("device") is None \
+                and kwargs.get("input_data_format") in (None, "channels_first"):
+            return image
+        return own_process(image, *args, **kwargs)
+
+    def resize(image: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # channel-first from here: what follows (rescale, normalize) is fastest on that layout
+        return own_resize(image, *args, **kwargs).contiguous()
+
+    kept.process_image, kept.resize = process_image, resize
+    return kept
 
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,

@@ -25,7 +25,7 @@ from timm.models.vision_transformer import VisionTransformer
 
 from storage.errors import ExtractionError, InputError
 from workers.exact.token_kinds import TokenKind
-from workers.models.extraction import Batch, Extractor, Sink
+from workers.models.extraction import Batch, Extractor, Sink, stack_into
 from workers.models.random_init import control_seed, seeded
 from workers.models.registry import ModelSpec
 from workers.models.token_layout import TokenLayout
@@ -127,7 +127,11 @@ class TimmExtractor(VisionTransformerExtractor):
         )
 
     def prepare(self, items: Sequence[Any]) -> Batch:
-        pixels = torch.stack([self.transform(image) for image in items])  # (batch, 3, H, W)
+        return self.prepare_into(items, None)
+
+    def prepare_into(self, items: Sequence[Any], out: dict[str, torch.Tensor] | None) -> Batch:
+        pixels = stack_into([self.transform(image) for image in items],
+                            (out or {}).get("x"))  # (batch, 3, H, W)
         positions = [torch.arange(len(self.kinds))] * len(items)
         inputs = {"x": pixels.to(self.device, self.dtype)}
         return Batch(inputs, positions, [self.kinds] * len(items))

@@ -7,6 +7,9 @@ host buffer itself. Batch k uses host buffer k % count: with two, the writer sto
 from one while batch k fills the other (`workers.tasks.pipeline` waits for batch k-1's write
 before batch k+1 reuses its buffer).
 
+Beside them lie the model inputs of the last batch of each parity, which the next batch of that
+parity is prepared into (`ChunkBuffers.inputs`).
+
 A process keeps the last set it used (`chunk_buffers`) for its next task of the same shapes:
 no zeroed pages to fault in, no pinned memory to allocate again, per task. A task that fails
 drops its set (a batch cut short leaves values its rows' extents do not record).
@@ -53,6 +56,9 @@ class ChunkBuffers:
         # the sink's `extents` say what each row holds: one sink per buffer written into
         targets = [self.on_device] if cuda else self.host
         self.sinks = [ChunkSink(model, shape[0], each, target) for target in targets]
+        # per batch parity: the model inputs a batch was prepared into, which batch k+2's
+        # parts are prepared into in turn (`Extractor.prepare_into`, where they fit)
+        self.inputs: dict[int, dict[str, torch.Tensor]] = {}
 
     def sink(self, k: int) -> ChunkSink:
         """The sink batch k's forward pass writes into."""

@@ -44,6 +44,7 @@ from workers.models.extraction import (
     load_extractor,
     model_dataset,
     prepare_model,
+    row_views,
 )
 from workers.models.registry import trained_here
 from workers.tasks.buffers import ChunkBuffers, Filled, chunk_buffers
@@ -196,12 +197,11 @@ def extract_batches(shard: Shard, extractor: Extractor, cores: int) -> None:
 def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
                      buffers: ChunkBuffers) -> None:
     task = shard.task
-    joined: dict[int, dict[str, torch.Tensor]] = {}  # per buffer parity: last joined inputs
     stop = threading.Event()
 
-    def part(indices: range) -> Batch:
+    def part(indices: range, out: dict[str, torch.Tensor] | None = None) -> Batch:
         with fixed_torch(TORCH_THREADS):
-            return extractor.prepare(extractor.read(shard.dataset, indices))
+            return extractor.prepare_into(extractor.read(shard.dataset, indices), out)
 
     def load(k: int, parts: Mapper) -> Batch:
         rows = shard.rows(k)
@@ -210,11 +210,12 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
             if cores <= 1 or not extractor.independent_inputs:
                 return part(range(first, last))
             step = -(-(last - first) // cores)
-            batch = join_batches(parts(part, [range(a, min(a + step, last))
-                                              for a in range(first, last, step)]),
-                                 out=joined.get(k % 2))
-            joined[k % 2] = {name: value for name, value in batch.inputs.items()
-                             if isinstance(value, torch.Tensor)}
+            reused = buffers.inputs.get(k % 2)  # batch k-2's: each part prepared into its rows
+            batch = join_batches(
+                parts(lambda r: part(r, row_views(reused, range(r.start - first, r.stop - first))),
+                      [range(a, min(a + step, last)) for a in range(first, last, step)]),
+                out=reused)
+            buffers.inputs[k % 2] = whole_inputs(batch, reused)
             return batch
 
     def run(k: int, batch: Batch) -> Filled:
@@ -251,6 +252,14 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
 
     with fixed_torch(TORCH_THREADS):
         run_batches(len(shard.firsts), load, run, write, cores, stop)
+
+
+def whole_inputs(batch: Batch, reused: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:
+    """A batch's model inputs as a later batch may be prepared into them: where the batch lies
+    in `reused`'s first rows, the whole of `reused` (a last, shorter batch keeps every row)."""
+    reused = reused or {}
+    return {name: reused[name] if name in reused and value.data_ptr() == reused[name].data_ptr()
+            else value for name, value in batch.inputs.items() if isinstance(value, torch.Tensor)}
 
 
 WRITE_BLOCK_BYTES = 64 << 20  # the writer checks for Ctrl-C between blocks of this much
