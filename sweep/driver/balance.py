@@ -175,15 +175,16 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         estimate=True,
     ),
     "HOST_IMAGE_S": Constant(
-        3.3e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
+        1.1e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
         "reading and decoding a 500 x 375 JPEG (torchvision's decoder) and the model's own "
         "image processor",
-        "thin ViT-B (224 px, ViTImageProcessor): 5.93 CPU ms per input outside the forward "
+        "thin ViT-B (224 px, ViTImageProcessor): 3.72 CPU ms per input outside the forward "
         "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
         "--before <a worktree of 966479d> --models vit-b,roberta --images 512 --rewrite "
         "(this tree's 'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; "
         "each round replaced the last one's chunks, as a rerun does; 2-core "
-        "Intel Xeon, quiet: load average 0.9-2.0; 2026-12-06; a second run: 5.23 ms)",
+        "Intel Xeon, quiet: load average 1.2-1.4; 2026-12-06, at 0b5a2e6; a second run: "
+        "3.91 ms)",
     ),
     "HOST_TEXT_S": Constant(
         0.7e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
