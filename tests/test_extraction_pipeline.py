@@ -206,6 +206,22 @@ def test_a_processor_that_resizes_a_decoders_layout_otherwise_gets_channel_first
     extractor.layout_processor = real
 
 
+def test_pictures_of_different_sizes_get_the_processors_own_error(tmp_path):
+    from workers.inputs import DatasetSpec, open_dataset
+    from workers.models.extraction import load_extractor
+    from workers.models.registry import resolve_model
+
+    data = open_dataset(DatasetSpec(kind="image", path=str(jpeg_folder(tmp_path / "j"))))
+    extractor = load_extractor(resolve_model("tiny-dinov2"), device="cpu")
+    extractor.processor_kwargs = {"do_center_crop": False}  # sizes follow the pictures
+    tensors = extractor.read(data, range(7))
+    with pytest.raises(Exception) as own:
+        extractor.processor(images=tensors, return_tensors="pt", do_center_crop=False)
+    with pytest.raises(type(own.value)) as got:
+        extractor.prepare(tensors)
+    assert str(got.value) == str(own.value)
+
+
 def _batch(tokens: list[int]):
     from workers.models.extraction import Batch
 
