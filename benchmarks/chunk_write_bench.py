@@ -4,6 +4,9 @@ zarr's event loop (`store.set` per chunk, what `write_attention` did before
 and as files over a pool of two threads (an extraction's last batch). Each round writes new
 chunk files (as a sweep's first pass does) into a store that records checksums, as a task's
 does. Per way: wall and process CPU (every thread) per round, the median of rounds 2.. .
+Beside them, the check every value is finite that precedes a batch's write, on one thread under
+one torch thread: the extraction's `check_finite` (torch's sum per input) against numpy's sum
+per input (its check before 2026-12-07), the same rounds.
 
     PYTHONPATH=. python benchmarks/chunk_write_bench.py [--tokens 197] [--rounds 7]
 """
@@ -19,10 +22,12 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import torch
 import zarr
 
 from storage import store as store_module
 from storage.recording import RecordingStore
+from workers.tasks.extract import check_finite
 
 
 def main() -> None:
@@ -48,15 +53,23 @@ def main() -> None:
                 group, start, batch),
             "files, two threads": lambda group, start: store_module.write_attention(
                 group, start, batch, on_pool)}
+    ids = [str(i) for i in range(args.batch)]
+    checks = {"numpy's sum": lambda: all(np.isfinite(values.sum()) for values in batch),
+              "check_finite": lambda: check_finite("bench", batch, ids)}
+    torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as scratch:
         group = zarr.open_group(RecordingStore(zarr.storage.LocalStore(Path(scratch) / "s.zarr")),
                                 mode="w", zarr_format=3)
         group.create_array("attention", shape=(args.batch * len(ways) * args.rounds, *shape[1:]),
                            chunks=(1, *shape[1:]), dtype="float32", compressors=None,
                            filters=None, fill_value=0.0)
-        times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways}
+        times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways | checks}
         start = 0
         for _ in range(args.rounds):
+            for check, run in checks.items():
+                wall, cpu = time.perf_counter(), time.process_time()
+                run()
+                times[check].append((time.perf_counter() - wall, time.process_time() - cpu))
             for way, write in ways.items():
                 wall, cpu = time.perf_counter(), time.process_time()
                 write(group, start)

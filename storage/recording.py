@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -61,15 +61,30 @@ class RecordingStore(WrapperStore[Store]):
         await self._store.delete(key)
         self.written[key] = None
 
+    def local_root(self) -> Path | None:
+        """The folder of the wrapped store where it is a writable local folder, else None."""
+        local = self._store
+        if type(local) is not zarr.storage.LocalStore or local.read_only:
+            return None
+        return Path(local.root)
+
+    def make_folders(self, keys: Iterable[str]) -> None:
+        """The folders that will hold `keys`, made now in a writable local folder (a write makes
+        any still missing); nothing for other stores (object stores have no folders)."""
+        root = self.local_root()
+        if root is None:
+            return
+        for folder in dict.fromkeys((root / key).parent for key in keys):
+            folder.mkdir(parents=True, exist_ok=True)
+
     def file_writer(self) -> Callable[[str, np.ndarray], None] | None:
         """`write(key, data)`: `key` set to the bytes of `data` (a C-contiguous uint8 array, not
         kept) as `set` sets it, recorded as `set` records it, on the caller's thread (several
         threads may call it at once); None unless the wrapped store is a writable local folder
         (object stores, memory and other wrappers go through zarr)."""
-        local = self._store
-        if type(local) is not zarr.storage.LocalStore or local.read_only:
+        root = self.local_root()
+        if root is None:
             return None
-        root = Path(local.root)
 
         def write(key: str, data: np.ndarray) -> None:
             data = data.view()

@@ -493,6 +493,22 @@ def write_attention(group: zarr.Group, start: int, attention: np.ndarray,
     array[start:start + len(attention)] = attention
 
 
+def make_attention_folders(group: zarr.Group, start: int, stop: int) -> None:
+    """Make the folders that the attention chunks of inputs start..stop go into, in a local
+    folder (`RecordingStore.make_folders`; nothing elsewhere), so that writing them makes none:
+    an extraction makes a batch's while its forward pass runs, not on the last write's critical
+    path. A chunk's key has a level per axis, so each input's chunk needs its own chain of
+    folders (four new ones, about 0.3 ms of CPU per input here)."""
+    array = group["attention"]
+    store = array.store_path.store
+    if not isinstance(store, RecordingStore):
+        return
+    prefix = f"{array.store_path.path}/" if array.store_path.path else ""
+    zeros = (0,) * (array.ndim - 1)
+    store.make_folders(prefix + array.metadata.encode_chunk_key((i, *zeros))
+                       for i in range(max(start, 0), min(stop, array.shape[0])))
+
+
 def raw_chunks(array: zarr.Array) -> bool:
     """Whether a chunk of `array` is its values' little-endian bytes, nothing else: Zarr v3, the
     one codec `bytes` (no compressor, no filter, no sharding), float32, one input per chunk

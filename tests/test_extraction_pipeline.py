@@ -255,7 +255,8 @@ def test_a_corrupt_image_is_one_line_naming_it_and_leaves_no_marker(tmp_path):
         assert not markers.MarkerIndex(config.store_ref).done(task.scope, task.marker)
 
 
-def test_non_finite_attention_names_input_layer_and_row(tmp_path, monkeypatch):
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_non_finite_attention_names_input_layer_and_row(tmp_path, monkeypatch, value):
     config, plan = plan_for(tmp_path, {"vit": {"source": "tiny-vit", "dataset": "photos"}})
     task = next(t for t in plan.tasks if t.stage == "extract")
     extractor, _ = cached_extractor(task)
@@ -265,7 +266,7 @@ def test_non_finite_attention_names_input_layer_and_row(tmp_path, monkeypatch):
         def layer_two_row_one(probs):
             if getattr(sink, "layer", None) == 1:
                 probs = probs.clone()
-                probs[1, 0, 1, 2] = float("nan")  # the batch's second input
+                probs[1, 0, 1, 2] = value  # the batch's second input
             sink(probs)
 
         return real(layer_two_row_one)

@@ -132,6 +132,37 @@ def test_chunks_go_around_zarrs_event_loop_only_into_a_writable_local_folder(tmp
     assert RecordingStore(zarr.storage.MemoryStore()).file_writer() is None
 
 
+def test_attention_folders_made_ahead_hold_the_chunks_written_after_and_nothing_else(
+        tmp_path, monkeypatch):
+    """`make_attention_folders` makes the folders of some inputs' attention chunks (no file),
+    so writing those chunks makes no folder; inputs past the array's end are left out, and a
+    store with no folders (memory) gets nothing."""
+    make_model(tmp_path / "s.zarr")
+    group = open_model(tmp_path / "s.zarr", "m", mode="r+")
+    n = group["attention"].shape[0]
+    store_module.make_attention_folders(group, 1, n + 3)
+    chunks = tmp_path / "s.zarr" / "m" / "attention" / "c"
+    assert sorted(int(p.name) for p in chunks.iterdir()) == list(range(1, n))
+    assert not [p for p in chunks.rglob("*") if p.is_file()]
+    made = []
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        real_mkdir(path, *args, **kwargs)  # raises where the folder exists: nothing made
+        made.append(path)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    values = np.random.default_rng(1).random((2, *group["attention"].shape[1:]))
+    write_attention(group, 1, values.astype(np.float32))
+    assert made == []
+    assert np.array_equal(group["attention"][1:3], values.astype(np.float32))
+    write_attention(group, 0, values[:1].astype(np.float32))  # not made ahead: made now
+    assert made
+    memory = zarr.open_group(RecordingStore(zarr.storage.MemoryStore()), mode="w")
+    memory.create_array("attention", shape=(2, 3), chunks=(1, 3), dtype="float32")
+    store_module.make_attention_folders(memory, 0, 2)  # nothing to make, no error
+
+
 def test_a_chunk_file_write_records_what_it_wrote_and_a_failed_one_leaves_the_old_file(
         tmp_path, monkeypatch):
     store = RecordingStore(zarr.storage.LocalStore(tmp_path / "a.zarr"))
