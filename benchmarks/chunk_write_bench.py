@@ -3,7 +3,10 @@ zarr's event loop (`store.set` per chunk, what `write_attention` did before
 `RecordingStore.file_writer`), as files on the calling thread (an extraction's writer thread),
 and as files over a pool of two threads (an extraction's last batch). Each round writes new
 chunk files (as a sweep's first pass does) into a store that records checksums, as a task's
-does. Per way: wall and process CPU (every thread) per round, the median of rounds 2.. .
+does. Per way: wall and process CPU (every thread) per round, the median of rounds 2.. . The
+last way writes into chunk folders made beforehand, untimed, as an extraction's last batch does
+(`make_attention_folders`, run by the batch before's write): what making them costs is timed on
+its own line.
 Beside them, the check every value is finite that precedes a batch's write, on one thread under
 one torch thread: the extraction's `check_finite` (torch's sum per input) against numpy's sum
 per input (its check before 2026-12-07), the same rounds.
@@ -52,7 +55,11 @@ def main() -> None:
             "files, one thread": lambda group, start: store_module.write_attention(
                 group, start, batch),
             "files, two threads": lambda group, start: store_module.write_attention(
+                group, start, batch, on_pool),
+            "  into folders made": lambda group, start: store_module.write_attention(
                 group, start, batch, on_pool)}
+    ahead = "  into folders made"
+    making = "  making the folders"
     ids = [str(i) for i in range(args.batch)]
     checks = {"numpy's sum": lambda: all(np.isfinite(values.sum()) for values in batch),
               "check_finite": lambda: check_finite("bench", batch, ids)}
@@ -63,7 +70,8 @@ def main() -> None:
         group.create_array("attention", shape=(args.batch * len(ways) * args.rounds, *shape[1:]),
                            chunks=(1, *shape[1:]), dtype="float32", compressors=None,
                            filters=None, fill_value=0.0)
-        times: dict[str, list[tuple[float, float]]] = {way: [] for way in ways | checks}
+        times: dict[str, list[tuple[float, float]]] = {
+            way: [] for way in [*ways, making, *checks]}
         start = 0
         for _ in range(args.rounds):
             for check, run in checks.items():
@@ -71,6 +79,11 @@ def main() -> None:
                 run()
                 times[check].append((time.perf_counter() - wall, time.process_time() - cpu))
             for way, write in ways.items():
+                if way == ahead:
+                    wall, cpu = time.perf_counter(), time.process_time()
+                    store_module.make_attention_folders(group, start, start + args.batch)
+                    times[making].append((time.perf_counter() - wall,
+                                          time.process_time() - cpu))
                 wall, cpu = time.perf_counter(), time.process_time()
                 write(group, start)
                 times[way].append((time.perf_counter() - wall, time.process_time() - cpu))

@@ -5,6 +5,11 @@ as `pipeline_bench.py`; best of `--rounds`, each path timed after a warm-up. The
 through the processor twice: as it takes them itself (a channel-first copy of each before its
 resize) and as the extractor gives them (`workers.models.hf.keep_layout`: resized as decoded).
 
+A text batch's load stage too (the thin RoBERTa of `pipeline_bench.py` on pydoc's topics, one
+batch of `--images` texts): `Extractor.prepare` (the tokenizer's numpy arrays, kinds by numpy)
+against the same from the tokenizer's torch tensors with the kinds token by token (the code
+before 2026-12-07, kept here as the baseline), checked equal; CPU ms per input, best of rounds.
+
     PYTHONPATH=. HF_HUB_OFFLINE=1 python benchmarks/load_stage_bench.py [--images 64] [--rounds 3]
 """
 
@@ -57,6 +62,56 @@ def main() -> None:
             read_ms, prepare_ms = (1e3 * t / args.images for t in best)
             print(f"  {name:<24} read and decode {read_ms:5.2f} ms, processor {prepare_ms:5.2f} "
                   f"ms, together {read_ms + prepare_ms:5.2f} CPU ms per input")
+        text(folder, args.images, args.rounds)
+
+
+def text(folder: Path, n: int, rounds: int) -> None:
+    """The text load stage: the extractor's `prepare` against the torch-tensor baseline."""
+    import torch
+
+    from workers.tasks.cache import cached_dataset
+
+    path, options = pipeline_bench.thin_model(folder / "models", "roberta")
+    (folder / "text").mkdir()
+    config = pipeline_bench.sweep_config(folder / "text", path, options, "roberta", n, n, None)
+    measured = pipeline_bench.Measured(config, str(folder / "text"))
+    extractor = measured.extractor
+    items = cached_dataset(measured.tasks[0].dataset).load(range(n))
+    ours, theirs = extractor.prepare(items), torch_tensors_prepare(extractor, items)
+    assert all(torch.equal(ours.inputs[k], theirs.inputs[k]) for k in theirs.inputs)
+    assert all(a.tolist() == b.tolist() for a, b in zip(ours.token_kinds, theirs.token_kinds,
+                                                        strict=True))
+    print(f"{n} texts, {type(extractor.tokenizer).__name__}")
+    for name, prepare in (("tokenizer's torch tensors", lambda: torch_tensors_prepare(
+            extractor, items)), ("prepare (numpy arrays)", lambda: extractor.prepare(items))):
+        prepare()  # warm-up
+        best = float("inf")
+        for _ in range(rounds):
+            start = time.process_time()
+            prepare()
+            best = min(best, time.process_time() - start)
+        print(f"  {name:<26} {1e3 * best / n:5.3f} CPU ms per input")
+
+
+def torch_tensors_prepare(extractor, items):
+    """A text batch as `HFExtractor.prepare` made it before 2026-12-07: the tokenizer's torch
+    tensors, each token's kind in a Python loop."""
+    import numpy as np
+
+    from workers.exact.token_kinds import TokenKind
+    from workers.models.extraction import Batch
+
+    encoded = extractor._tokenize(items, padding=True, return_tensors="pt")
+    special = encoded.pop("special_tokens_mask")
+    positions = [row.nonzero().flatten() for row in encoded["attention_mask"]]
+    cls = extractor.tokenizer.cls_token_id
+    cls = extractor.tokenizer.bos_token_id if cls is None else cls
+    kinds = [np.array([TokenKind.CONTENT if not s else TokenKind.CLS if i == cls
+                       else TokenKind.SEP for i, s in zip(encoded["input_ids"][b, p].tolist(),
+                                                          special[b, p].tolist(), strict=True)],
+                      dtype=np.int8) for b, p in enumerate(positions)]
+    inputs = {k: v for k, v in encoded.items() if k in extractor.input_names}
+    return Batch(inputs, positions, kinds)
 
 
 if __name__ == "__main__":

@@ -222,6 +222,38 @@ def test_pictures_of_different_sizes_get_the_processors_own_error(tmp_path):
     assert str(got.value) == str(own.value)
 
 
+@pytest.mark.parametrize("source", ["tiny-roberta", "tiny-distilbert", "minilm-l6"])
+def test_a_text_batchs_inputs_are_the_tokenizers_tensors_and_its_kinds_follow_the_mask(source):
+    """A text batch's model inputs are the tokenizer's own torch tensors, bit for bit (what
+    forward takes of them); each input's positions are its unpadded tokens, and a token's kind
+    is CONTENT where the special-tokens mask is 0, else CLS for the CLS (or BOS) id, else SEP."""
+    from workers.exact.token_kinds import TokenKind
+    from workers.models.extraction import load_extractor
+    from workers.models.registry import resolve_model
+
+    extractor = load_extractor(resolve_model(source), device="cpu")
+    texts = ["Attention rollout multiplies the layers.", "",
+             "A second, much longer sentence of prose, with commas, here and there."]
+    batch = extractor.prepare(texts)
+    theirs = extractor.tokenizer(texts, truncation=True, max_length=extractor.max_length,
+                                 padding=True, return_special_tokens_mask=True,
+                                 return_tensors="pt")
+    assert set(batch.inputs) == set(theirs) & set(extractor.input_names)
+    for name, value in batch.inputs.items():
+        assert value.dtype == theirs[name].dtype and torch.equal(value, theirs[name])
+    cls = extractor.tokenizer.cls_token_id
+    cls = extractor.tokenizer.bos_token_id if cls is None else cls
+    for b, (positions, kinds) in enumerate(zip(batch.positions, batch.token_kinds,
+                                               strict=True)):
+        assert torch.equal(positions, theirs["attention_mask"][b].nonzero().flatten())
+        ids = theirs["input_ids"][b, positions].tolist()
+        special = theirs["special_tokens_mask"][b, positions].tolist()
+        assert kinds.dtype == np.int8 and kinds.tolist() == [
+            TokenKind.CONTENT if not s else TokenKind.CLS if i == cls else TokenKind.SEP
+            for i, s in zip(ids, special, strict=True)]
+    assert batch.token_kinds[1].tolist() == [TokenKind.CLS, TokenKind.SEP]  # the empty text
+
+
 def _batch(tokens: list[int]):
     from workers.models.extraction import Batch
 
