@@ -498,11 +498,11 @@ def make_attention_folders(group: zarr.Group, start: int, stop: int) -> None:
     folder (`RecordingStore.make_folders`; nothing elsewhere), so that writing them makes none:
     an extraction makes a batch's while its forward pass runs, not on the last write's critical
     path. A chunk's key has a level per axis, so each input's chunk needs its own chain of
-    folders (four new ones, about 0.3 ms of CPU per input here)."""
+    folders (four new ones, 0.2-0.5 ms of CPU per input here: benchmarks/chunk_write_bench.py)."""
+    store = group.store_path.store
+    if not isinstance(store, RecordingStore) or store.local_root() is None:
+        return  # no folders to make: the array's metadata is not even read
     array = group["attention"]
-    store = array.store_path.store
-    if not isinstance(store, RecordingStore):
-        return
     prefix = f"{array.store_path.path}/" if array.store_path.path else ""
     zeros = (0,) * (array.ndim - 1)
     store.make_folders(prefix + array.metadata.encode_chunk_key((i, *zeros))

@@ -485,7 +485,7 @@ class HFExtractor(Extractor):
     def prepare_into(self, items: Sequence[Any], out: dict[str, torch.Tensor] | None) -> Batch:
         if self.spec.modality == "text":
             # numpy arrays, not the tokenizer's torch tensors: torch makes those from nested
-            # lists element by element (about half of a text batch's preparation)
+            # lists element by element (0.58-0.65x the CPU: benchmarks/load_stage_bench.py)
             encoded = {name: np.asarray(values, dtype=np.int64) for name, values in
                        self._tokenize(items, padding=True, return_tensors="np").items()}
             kinds = self._text_kinds(encoded["input_ids"], encoded.pop("special_tokens_mask"))

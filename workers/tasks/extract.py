@@ -274,8 +274,8 @@ def check_finite(model: str, attention: np.ndarray, ids: Sequence[str]) -> None:
     """ExtractionError naming the first input, layer and row with a non-finite value in a
     batch's padded attention (input, layer, head, query, key); the padding is zeros. One float32
     sum per input (a non-finite value makes it non-finite; finite probabilities cannot overflow
-    it; torch's, at about 0.6x numpy's CPU time here), then the search where one is not
-    finite."""
+    it; torch's, at 0.65-0.73x numpy's CPU time here: benchmarks/chunk_write_bench.py), then
+    the search where one is not finite."""
     for b, values in enumerate(attention):
         if torch.from_numpy(values).sum().isfinite():
             continue
