@@ -14,7 +14,8 @@ alternately, `--repeats` times; inside one, `--rounds` rounds alternate the bare
 (`model(**inputs, output_attentions=True)` on the same batches, preprocessed beforehand, under
 the same one torch thread) and the extraction task as `sweep run --in-process` runs it (every
 shard's `run_task`, the model already loaded), each round writing new chunk files as a sweep
-does (`--rewrite`: replacing the last round's, as a rerun does). Reported per tree: the median
+does (`--rewrite`: replacing the last round's, as a rerun does), nothing deleted until a
+process's last round (since 2026-12-07: `Measured.unwrite` says why). Reported per tree: the median
 of each process's median rounds: inputs/s of both; their ratio, paired (each extraction round's
 pace against the bare round just before it: this machine's pace drifts by tens of percent
 between processes, less between neighbouring rounds), and the ratio of the two medians beside
@@ -49,6 +50,7 @@ PICTURE = (500, 375)  # width, height of every input picture
 THIN = dict(hidden_size=16, num_attention_heads=1, intermediate_size=32)
 BATCH = {"vit-b": 64, "dinov2-l-reg": 64, "dinov2-518": 4, "roberta": 64}
 DEFAULT_INPUTS = {"vit-b": 128, "dinov2-l-reg": 128, "dinov2-518": 16, "roberta": 128}
+SETTLE_S = 6  # after a process's deletions, flushed: the kernel skips inodes deleted < 5 s ago
 
 
 def make_images(folder: Path, n: int) -> Path:
@@ -150,7 +152,7 @@ class Measured:
         from workers.models.determinism import fixed_torch
         from workers.tasks.extract import cached_extractor, fresh_digests
 
-        folder = Path(tempfile.mkdtemp(dir=scratch))
+        folder = self.folder = Path(tempfile.mkdtemp(dir=scratch))
         parsed = parse_config(config | {"store": str(folder / "store.zarr")})
         with locked(parsed):
             self.tasks = [t for t in materialise(parsed).tasks if t.stage == "extract"]
@@ -184,20 +186,41 @@ class Measured:
             run_task(task)
 
     def unwrite(self) -> None:
-        """Remove what the extraction tasks wrote (their arrays' chunks, their markers), so the
-        next round writes new files as a sweep does; left out with `--rewrite`, a round replaces
-        the last round's files (on ext4, replacing a file through a rename flushes its data:
-        about 1 ms of wall per ViT-B chunk here that a sweep's first write does not wait for)."""
-        import shutil
+        """Move what the extraction tasks wrote (their arrays' chunks) into a folder that is
+        deleted only after the last round (`discard`), and clear their markers, so the next
+        round writes new files as a sweep does; left out with `--rewrite`, a round replaces the
+        last round's files (on ext4, replacing a file through a rename flushes its data: about
+        1 ms of wall per ViT-B chunk here that a sweep's first write does not wait for).
 
+        Nothing is deleted while rounds run: on an ext4 without a journal (this machine's root),
+        a new file or folder skips, one by one, every free inode deleted in the last seconds
+        (minutes while its inode table is not yet written back: the kernel's
+        `recently_deleted`), which made a round's folders and files after the last round's
+        deletion 3-10x slower in CPU (2026-12-07), a cost a sweep's first pass does not pay."""
         from storage.layout import DEVICE_ROLLOUT
         from storage.markers import clear
 
         store, model = Path(str(self.tasks[0].store)), self.tasks[0].model
+        self.moved = getattr(self, "moved", 0) + 1
+        trash = self.folder / "written" / str(self.moved)
+        trash.mkdir(parents=True)
         for name in ("attention", "n_tokens", "token_kind", "input_digest", DEVICE_ROLLOUT):
-            shutil.rmtree(store / model / name / "c", ignore_errors=True)
+            if (store / model / name / "c").exists():
+                (store / model / name / "c").rename(trash / name)
         for task in self.tasks:
             clear(task.store, task.scope, task.marker)
+
+    def settle(self, everything: bool = False) -> None:
+        """Delete what the rounds so far wrote (`everything`: this process's whole store),
+        flush the deletions and wait out the kernel's window for recently deleted inodes
+        (`unwrite`): the next round, or process, meets a file system as a sweep's first pass
+        does, long after any cleanup. Not timed."""
+        import shutil
+
+        shutil.rmtree(self.folder if everything else self.folder / "written",
+                      ignore_errors=True)
+        os.sync()
+        time.sleep(SETTLE_S)
 
     def rounds(self, count: int, rewrite: bool = False) -> dict[str, list[tuple[float, float]]]:
         """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up;
@@ -230,6 +253,7 @@ def child(args: argparse.Namespace) -> None:
         return
     load = os.getloadavg()[0]
     times = measured.rounds(spec["rounds"], spec.get("rewrite", False))
+    measured.settle(everything=True)
     print(json.dumps({"n": measured.n, "times": times, "load": [load, os.getloadavg()[0]]}),
           flush=True)
 
@@ -242,7 +266,9 @@ def simulate(measured: Measured, spec: dict) -> dict:
 
     extractor, batches = measured.extractor, measured.batches
     first = batches[0]
-    rows, tokens = len(first.positions), len(first.positions[0])
+    # the widest batch's tokens (text batches are padded to their longest input)
+    rows = len(first.positions)
+    tokens = max(len(p) for batch in batches for p in batch.positions)
     gen = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(rows, 1, tokens, tokens, generator=gen), dim=-1)
     sinks: list = []
@@ -258,8 +284,10 @@ def simulate(measured: Measured, spec: dict) -> dict:
             sinks[-1](probs[:len(batch.positions)])
 
     def timed() -> tuple[float, float]:
-        """(wall s, process CPU s) per batch of `rounds` extraction rounds."""
+        """(wall s, process CPU s) per batch of `rounds` extraction rounds, after deleting the
+        rounds before (`settle`)."""
         wall = cpu = 0.0
+        measured.settle()
         for _ in range(spec["rounds"]):
             if not spec.get("rewrite"):
                 measured.unwrite()
@@ -278,6 +306,7 @@ def simulate(measured: Measured, spec: dict) -> dict:
         state["t"] = factor * work
         out["points"].append({"t_s": state["t"], "wall_s": timed()[0]})
     out["load"] = os.getloadavg()[0]
+    measured.settle(everything=True)
     return out
 
 

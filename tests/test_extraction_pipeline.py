@@ -5,6 +5,7 @@ marker and stop every thread it started."""
 from __future__ import annotations
 
 import dataclasses
+import errno
 import threading
 import time
 from pathlib import Path
@@ -380,6 +381,66 @@ def test_the_last_write_has_the_pool_and_every_other_write_its_own_thread():
     assert len(seen[2]) == 2 and all(name.startswith("extract-part") for name in seen[2])
     assert not together.broken
     assert not _threads()
+
+
+def test_ahead_readies_each_write_on_the_loaders_thread_beside_the_forward_passes():
+    """`ahead(k)` (an extraction makes batch k's chunk folders there) runs on the loader's
+    thread after `load(k)` and before `write(k)`; batches 0 and 1 are readied while batch 0
+    runs, so batch 0's write finds its folders made and batch 1's is not delayed by it."""
+    events: list[tuple[str, int, str]] = []
+    readied_one = threading.Event()
+
+    def note(stage, k):
+        events.append((stage, k, threading.current_thread().name))
+
+    def load(k, parts):
+        note("load", k)
+        return k
+
+    def ahead(k):
+        note("ahead", k)
+        if k == 1:
+            readied_one.set()
+
+    def run(k, item):
+        if k == 0:
+            assert readied_one.wait(timeout=60)  # batch 1 readied while batch 0 runs
+        note("run", k)
+        return item
+
+    run_batches(4, load, run, lambda k, r, parts: note("write", k), cores=2, ahead=ahead)
+    order = [(stage, k) for stage, k, _ in events]
+    for k in range(4):
+        assert order.index(("load", k)) < order.index(("ahead", k)) < order.index(("write", k))
+    assert order.index(("ahead", 1)) < order.index(("run", 0))
+    assert {name for stage, _, name in events if stage == "ahead"} == {
+        name for stage, _, name in events if stage == "load"} and \
+        all(name.startswith("extract-load") for stage, _, name in events if stage == "ahead")
+    assert not _threads()
+
+
+def test_a_failing_ahead_stops_the_batches_in_order():
+    written = []
+
+    def ahead(k):
+        if k == 2:
+            raise OSError(errno.EACCES, "Permission denied: batch 2's folders")
+
+    for cores in (1, 2):
+        written.clear()
+        with pytest.raises(OSError, match="batch 2's folders"):
+            run_batches(5, lambda k, parts: k, lambda k, item: item,
+                        lambda k, r, parts: written.append(k), cores=cores, ahead=ahead)
+        assert written == [0, 1] and not _threads()
+
+
+def test_one_core_readies_each_write_on_the_callers_thread_after_its_forward_pass():
+    order = []
+    run_batches(2, lambda k, parts: order.append(("load", k)),
+                lambda k, item: order.append(("run", k)),
+                lambda k, r, parts: order.append(("write", k)), cores=1,
+                ahead=lambda k: order.append(("ahead", k)))
+    assert order == [(stage, k) for k in range(2) for stage in ("load", "run", "ahead", "write")]
 
 
 def test_one_core_runs_every_stage_on_the_callers_thread():

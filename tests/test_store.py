@@ -163,8 +163,30 @@ def test_attention_folders_made_ahead_hold_the_chunks_written_after_and_nothing_
     store_module.make_attention_folders(memory, 0, 2)  # nothing to make, no error
 
 
+def test_folders_are_made_from_the_top_down_each_tried_once(tmp_path, monkeypatch):
+    """`make_folders` tries each folder of the keys once, parents first (one mkdir per folder,
+    none that fails for a missing parent), and a second call over made folders is no error."""
+    (tmp_path / "a.zarr").mkdir()
+    store = RecordingStore(zarr.storage.LocalStore(tmp_path / "a.zarr"))
+    tries, real_mkdir = [], os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        tries.append(os.path.relpath(path, tmp_path / "a.zarr"))
+        real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(recording.os, "mkdir", mkdir)
+    keys = [f"m/attention/c/{i}/0/0/0/0" for i in range(3)]
+    store.make_folders(keys)
+    chains = [f"m/attention/c/{i}" + "/0" * depth for i in range(3) for depth in range(4)]
+    assert tries == ["m", "m/attention", "m/attention/c", *chains]
+    assert all((tmp_path / "a.zarr" / folder).is_dir() for folder in tries)
+    store.make_folders(keys)
+    assert not [p for p in (tmp_path / "a.zarr").rglob("*") if p.is_file()]
+
+
+@pytest.mark.parametrize("failing", ["write", "replace"])
 def test_a_chunk_file_write_records_what_it_wrote_and_a_failed_one_leaves_the_old_file(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, failing):
     store = RecordingStore(zarr.storage.LocalStore(tmp_path / "a.zarr"))
     write = store.file_writer()
     data = np.arange(12, dtype=np.uint8)
@@ -175,7 +197,7 @@ def test_a_chunk_file_write_records_what_it_wrote_and_a_failed_one_leaves_the_ol
     def full(*args):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(recording.os, "replace", full)
+    monkeypatch.setattr(recording.os, failing, full)  # the disk full mid-write, or at the rename
     with pytest.raises(OSError, match="No space"):
         write("x/c/0", np.zeros(12, dtype=np.uint8))
     assert [p.name for p in (tmp_path / "a.zarr" / "x" / "c").iterdir()] == ["0"]

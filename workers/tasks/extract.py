@@ -186,7 +186,8 @@ def extract_batches(shard: Shard, extractor: Extractor, cores: int) -> None:
     """Every batch of the shard through `workers.tasks.pipeline.run_batches`: load (read,
     decode, preprocess: in parts on the worker's cores where the family prepares inputs alone),
     run (the forward pass into the chunk buffers, token kinds, the device rollout), write (the
-    chunks, after checking every value is finite). The forward pass and the rollout run on this
+    chunks, after checking every value is finite; their folders made ahead, on the loader's
+    thread: `make_attention_folders`). The forward pass and the rollout run on this
     thread, all of it under `fixed_torch(TORCH_THREADS)`: the same bits on any core count."""
     task, batch_size = shard.task, shard.task.batch_size
     with chunk_buffers(task.model, (shard.n_layers, shard.n_heads, shard.t_max, shard.t_max),
@@ -250,13 +251,13 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
                 return
             write_attention(shard.group, task.start + rows.start + a, attention[a:a + step],
                             parts)
-        if k + 1 < len(shard.firsts):  # batch k+1's chunk folders, made while it runs
-            after = shard.rows(k + 1)
-            make_attention_folders(shard.group, task.start + after.start,
-                                   task.start + after.stop)
+
+    def folders(k: int) -> None:  # batch k's chunk folders, made beside the forward passes
+        rows = shard.rows(k)
+        make_attention_folders(shard.group, task.start + rows.start, task.start + rows.stop)
 
     with fixed_torch(TORCH_THREADS):
-        run_batches(len(shard.firsts), load, run, write, cores, stop)
+        run_batches(len(shard.firsts), load, run, write, cores, stop, ahead=folders)
 
 
 def whole_inputs(batch: Batch, reused: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:

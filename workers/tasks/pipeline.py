@@ -1,7 +1,10 @@
 """Batches through three stages, one batch each in flight: while the caller's thread runs batch
 k (the forward pass), batch k+1 is loaded (its parts on a pool of the worker's cores) and batch
 k-1 written. Each stage meets the batches in order, so what they compute is what one thread
-computes; with one core the stages run one after another on the caller's thread.
+computes; with one core the stages run one after another on the caller's thread. An optional
+fourth stage, `ahead`, readies batch k's write (an extraction makes its chunk folders) on the
+loader's thread while batch k-1 runs (batch 0's while batch 0 runs, after batch 1's load): off
+the writer's path, and never ahead of a load the forward pass waits for.
 
 A stage's error reaches the caller, the one an in-order run meets first (an earlier batch's
 write before a later batch's load), after every stage thread has stopped: nothing keeps writing
@@ -21,6 +24,10 @@ B = TypeVar("B")
 Mapper = Callable[[Callable[[A], B], Sequence[A]], list[B]]
 
 
+def _nothing(k: int) -> None:
+    """No stage."""
+
+
 def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
     """`fn` over `items` on this thread, in order."""
     return [fn(item) for item in items]
@@ -28,16 +35,22 @@ def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
 
 def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, Any], Any],
                 write: Callable[[int, Any, Mapper], None], cores: int,
-                stop: threading.Event | None = None) -> None:
+                stop: threading.Event | None = None,
+                ahead: Callable[[int], None] | None = None) -> None:
     """For k in 0..n-1: `write(k, run(k, load(k, parts)), parts)`, pipelined on `cores` > 1
     (`parts` maps a function over a batch's parts on the pool; serially with one core, and for
     every write but the last, which runs alone). `run` always runs on the calling thread;
     `write(k)` starts after `run(k)` and before `run(k + 2)` starts (two buffers suffice);
-    `load(k + 1)` while `run(k)` runs."""
+    `load(k + 1)` while `run(k)` runs. `ahead(k)`, where given: after `load(k)` (and `load(1)`
+    for k = 0) and before `write(k)`, on the loader's thread (with one core, after `run(k)`);
+    its error reaches the caller after `run(k)`'s and `write(k - 1)`'s."""
     stop = stop or threading.Event()
+    ahead = ahead or _nothing
     if cores <= 1:
         for k in range(n):
-            write(k, run(k, load(k, serial_map)), serial_map)
+            result = run(k, load(k, serial_map))
+            ahead(k)
+            write(k, result, serial_map)
         return
     parts = ThreadPoolExecutor(cores, thread_name_prefix="extract-part")
     loader = ThreadPoolExecutor(1, thread_name_prefix="extract-load")
@@ -50,13 +63,18 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
     written: Future | None = None  # batch k-1's write
     try:
         loading = loader.submit(load, 0, on_pool) if n else None
+        readying: dict[int, Future] = {}
         for k in range(n):
             item = loading.result()
             if k + 1 < n:
                 loading = loader.submit(load, k + 1, on_pool)
+            for j in range(k, min(k + 2, n)):  # batch 0's beside run(0) too, after load(1)
+                if j not in readying:
+                    readying[j] = loader.submit(ahead, j)
             result = run(k, item)
             if written is not None:
                 written.result()
+            readying.pop(k).result()
             # the last write has the cores to itself: every load is done
             written = writer.submit(write, k, result, on_pool if k == n - 1 else serial_map)
         if written is not None:
