@@ -498,7 +498,8 @@ def make_attention_folders(group: zarr.Group, start: int, stop: int) -> None:
     folder (`RecordingStore.make_folders`; nothing elsewhere), so that writing them makes none:
     an extraction makes a batch's while its forward pass runs, not on the last write's critical
     path. A chunk's key has a level per axis, so each input's chunk needs its own chain of
-    folders (four new ones, 0.2-0.5 ms of CPU per input here: benchmarks/chunk_write_bench.py)."""
+    folders (four new ones: 0.1-0.2 ms of CPU per input here with no file deleted just before;
+    benchmarks/README.md, 2026-12-07, seventh session)."""
     store = group.store_path.store
     if not isinstance(store, RecordingStore) or store.local_root() is None:
         return  # no folders to make: the array's metadata is not even read
