@@ -186,6 +186,7 @@ def test_a_processor_that_resizes_a_decoders_layout_otherwise_gets_channel_first
     from workers.inputs import DatasetSpec, open_dataset
     from workers.models import hf
     from workers.models.extraction import load_extractor
+    from workers.models.image_processing import keep_layout
     from workers.models.registry import resolve_model
 
     data = open_dataset(DatasetSpec(kind="image", path=str(jpeg_folder(tmp_path / "j"))))
@@ -195,7 +196,7 @@ def test_a_processor_that_resizes_a_decoders_layout_otherwise_gets_channel_first
     assert torch.equal(extractor.prepare(tensors).inputs["pixel_values"], expected)
     assert extractor._layout_agrees is True
     real = extractor.layout_processor
-    extractor.layout_processor = hf.keep_layout(extractor.processor)
+    extractor.layout_processor = keep_layout(extractor.processor)
     resize = extractor.layout_processor.resize
     extractor.layout_processor.resize = lambda image, *a, **k: resize(image, *a, **k) ^ 1
     extractor._layout_agrees = None

@@ -87,7 +87,8 @@ def test_an_image_processor_makes_the_same_inputs_of_both(folder):
 def test_the_layout_keeping_processor_gives_the_processors_values_without_copying(folder):
     from transformers import BitImageProcessor, ViTImageProcessor
 
-    from workers.models.hf import keep_layout, sized_processor_kwargs
+    from workers.models.hf import sized_processor_kwargs
+    from workers.models.image_processing import keep_layout
 
     data = ImageFolder(DatasetSpec(kind="image", path=str(folder)))
     everything = range(len(data))

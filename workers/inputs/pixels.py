@@ -2,7 +2,8 @@
 decode, without the PIL image: a JPEG goes through torchvision's decoder (libjpeg-turbo) straight
 into that tensor, where the two decoders agree bit for bit. The tensor is a view of the decode's
 rows of RGB pixels (row, column, channel in memory), not a channel-first copy: an image
-processor resizes that layout without converting it (`workers.models.hf.keep_layout`).
+processor resizes that layout without converting it
+(`workers.models.image_processing.keep_layout`).
 
 They agree where it is checked: per process, the first file of each JPEG kind (its components'
 sampling factors, progressive or not, its Adobe colour transform) is decoded by both and

@@ -16,7 +16,6 @@ through `interpolate_pos_encoding`).
 
 from __future__ import annotations
 
-import copy
 import importlib.util
 import inspect
 import json
@@ -43,6 +42,7 @@ from workers.models.extraction import (
     default_cache_dir,
     stack_into,
 )
+from workers.models.image_processing import keep_layout, layout_kept, normalized_into
 from workers.models.random_init import control_seed, seeded
 from workers.models.registry import ModelSpec
 from workers.models.tiny_text import tiny_tokenizer
@@ -506,8 +506,9 @@ class HFExtractor(Extractor):
     def _pixels(self, items: Sequence[Any], out: torch.Tensor | None = None) -> torch.Tensor:
         """The processor's pixel values of `items` (batch, channels, H, W), contiguous, stacked
         into `out` where it fits (`stack_into`). Pixel tensors (`load_pixels`) go through
-        `layout_processor`, each resized as it lies, once this extractor found on its first
-        one that this gives the processor's values bit for bit."""
+        `layout_processor`, each resized as it lies and normalised in its row of `out`
+        (`workers.models.image_processing`), once this extractor found on its first one that
+        this gives the processor's values bit for bit."""
         if self.layout_processor is None:  # not a torchvision backend: its own stack
             return self._processed(self.processor, items)
         processor = self.processor
@@ -517,6 +518,10 @@ class HFExtractor(Extractor):
                     if self._layout_agrees is None:
                         self._layout_agrees = self._check_layout(items[0])
             if self._layout_agrees:
+                pixels = normalized_into(self.layout_processor, items, out,
+                                         **self.processor_kwargs)
+                if pixels is not None:
+                    return pixels
                 processor = self.layout_processor
         images = processor(images=list(items), return_tensors=None,
                            **self.processor_kwargs)["pixel_values"]
@@ -530,8 +535,12 @@ class HFExtractor(Extractor):
                          **self.processor_kwargs)["pixel_values"]
 
     def _check_layout(self, image: torch.Tensor) -> bool:
-        agrees = torch.equal(self._processed(self.layout_processor, [image]),
-                             self._processed(self.processor, [image.contiguous()]))
+        """Whether `layout_processor`'s route (`_pixels`) gives the processor's values for
+        `image`; a warning where it does not."""
+        got = normalized_into(self.layout_processor, [image], None, **self.processor_kwargs)
+        if got is None:
+            got = self._processed(self.layout_processor, [image])
+        agrees = torch.equal(got, self._processed(self.processor, [image.contiguous()]))
         if not agrees:
             LOG.warning("model %s: its image processor gives other values when it resizes a "
                         "picture in its decoder's layout: every picture is copied channel-first "
@@ -559,36 +568,6 @@ class HFExtractor(Extractor):
 
     def forward(self, batch: Batch) -> Any:
         return self.model(**batch.inputs)
-
-
-def layout_kept(image: Any) -> bool:
-    """An RGB picture `keep_layout`'s processor takes as it lies: (channel, row, column) uint8
-    on the CPU."""
-    return (isinstance(image, torch.Tensor) and image.dtype == torch.uint8 and image.ndim == 3
-            and image.shape[0] == 3 and image.device.type == "cpu")
-
-
-def keep_layout(processor: Any) -> Any:
-    """A copy of a torchvision-backend image processor that takes each `layout_kept` picture
-    as it lies in memory (a JPEG decoder's rows of RGB pixels: `workers.inputs.pixels`), where
-    the processor copies it channel-first (all its `process_image` does with such a picture);
-    its resize reads either layout. Other inputs go through the processor's own
-    `process_image`."""
-    kept = copy.copy(processor)
-    own_process, own_resize = kept.process_image, kept.resize
-
-    def process_image(image: Any, *args: Any, **kwargs: Any) -> Any:
-        if layout_kept(image) and kwargs.get("device") is None \
-                and kwargs.get("input_data_format") in (None, "channels_first"):
-            return image
-        return own_process(image, *args, **kwargs)
-
-    def resize(image: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-        # channel-first from here: what follows (rescale, normalize) is fastest on that layout
-        return own_resize(image, *args, **kwargs).contiguous()
-
-    kept.process_image, kept.resize = process_image, resize
-    return kept
 
 
 def build_extractor(spec: ModelSpec, dataset: Any, cache_dir: Path, device: torch.device,
