@@ -78,3 +78,16 @@ def test_a_processor_whose_steps_are_not_its_backends_takes_its_own_route(data):
 
     assert normalized_into(OwnSteps(), tensors, None) is None
     assert normalized_into(object(), tensors, None) is None
+
+
+def test_a_backend_that_calls_its_last_step_otherwise_takes_its_own_route(data, monkeypatch):
+    import inspect
+
+    from workers.models import image_processing
+
+    def declared(self, images):  # a backend whose last step takes no settings
+        return images
+
+    monkeypatch.setattr(image_processing, "_STEP", inspect.signature(declared))
+    tensors = data.load_pixels(range(len(data)))
+    assert normalized_into(keep_layout(ViTImageProcessor()), tensors, None) is None

@@ -69,8 +69,13 @@ def normalized_into(processor: Any, images: Sequence[Any], out: torch.Tensor | N
     deferred, calls = copy.copy(processor), []
 
     def rescale_and_normalize(pictures: torch.Tensor, *args: Any, **named: Any) -> torch.Tensor:
-        arguments = _STEP.bind(processor, pictures, *args, **named).arguments
-        calls.append({name: arguments[name] for name in _SETTINGS})
+        try:
+            bound = _STEP.bind(processor, pictures, *args, **named)
+        except TypeError:  # called otherwise than the backend declares: not its own steps
+            calls.append(None)
+            return pictures
+        bound.apply_defaults()
+        calls.append({name: bound.arguments.get(name) for name in _SETTINGS})
         return pictures
 
     def pad(*args: Any, **pad_kwargs: Any) -> Any:
@@ -81,8 +86,8 @@ def normalized_into(processor: Any, images: Sequence[Any], out: torch.Tensor | N
         pictures = deferred(images=list(images), return_tensors=None, **kwargs)["pixel_values"]
     except _Pads:
         return None
-    if not calls or any(step != calls[0] for step in calls) or not calls[0]["do_normalize"] \
-            or any(p.shape != pictures[0].shape for p in pictures):
+    if not calls or calls[0] is None or any(step != calls[0] for step in calls) \
+            or not calls[0]["do_normalize"] or any(p.shape != pictures[0].shape for p in pictures):
         return None
     step = calls[0]
     shape = (len(pictures), *pictures[0].shape)
@@ -90,7 +95,7 @@ def normalized_into(processor: Any, images: Sequence[Any], out: torch.Tensor | N
             or out.shape != shape or not out.is_contiguous():
         out = torch.empty(shape, dtype=torch.float32)
     for row, picture in zip(out, pictures, strict=True):
-        row.copy_(picture)  # uint8 to float32: exact
+        row.copy_(picture)  # to float32 as the backend's `.to(torch.float32)` converts
     mean, std, _ = processor._fuse_mean_std_and_rescale_factor(
         do_normalize=True, image_mean=step["image_mean"], image_std=step["image_std"],
         do_rescale=step["do_rescale"], rescale_factor=step["rescale_factor"], device=out.device)
