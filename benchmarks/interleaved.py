@@ -12,6 +12,7 @@ CPU ms per input outside the forward pass (every thread counted).
 
 from __future__ import annotations
 
+import argparse
 import os
 import statistics
 import sys
@@ -73,3 +74,12 @@ def run(title: str, models: list[str], rounds: int, variants: dict[str, Variant]
                 print(f"  {variant_name:7} ratio {statistics.median(ratios):.2f} "
                       f"(quartiles {q1:.2f}-{q3:.2f}), CPU ms/input outside forward "
                       f"{statistics.median(r[1] for r in rows):.2f}")
+
+
+def main(title: str, description: str, default_models: str, variants: dict[str, Variant]) -> None:
+    """The command line the interleaved benchmarks share: `--models`, `--rounds`; then `run`."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--models", default=default_models)
+    parser.add_argument("--rounds", type=int, default=10, help="rounds of each variant")
+    args = parser.parse_args()
+    run(title, args.models.split(","), args.rounds, variants)

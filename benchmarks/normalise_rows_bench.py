@@ -10,7 +10,6 @@ one process, rounds interleaved (`interleaved.py` says how and what is reported)
 
 from __future__ import annotations
 
-import argparse
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,14 +40,6 @@ def in_rows(measured):
     yield
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="vit-b,dinov2-l-reg")
-    parser.add_argument("--rounds", type=int, default=10, help="rounds of each variant")
-    args = parser.parse_args()
-    interleaved.run("normalise_rows_bench", args.models.split(","), args.rounds,
-                    {"apart": apart, "in rows": in_rows})
-
-
 if __name__ == "__main__":
-    main()
+    interleaved.main("normalise_rows_bench", __doc__.splitlines()[0], "vit-b,dinov2-l-reg",
+                     {"apart": apart, "in rows": in_rows})

@@ -11,7 +11,6 @@ processes of their own, could not tell these two apart.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import uuid
@@ -79,14 +78,6 @@ def now(measured):
     yield
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default="roberta,vit-b")
-    parser.add_argument("--rounds", type=int, default=10, help="rounds of each variant")
-    args = parser.parse_args()
-    interleaved.run("write_ahead_bench", args.models.split(","), args.rounds,
-                    {"before": before, "now": now})
-
-
 if __name__ == "__main__":
-    main()
+    interleaved.main("write_ahead_bench", __doc__.splitlines()[0], "roberta,vit-b",
+                     {"before": before, "now": now})
