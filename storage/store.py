@@ -477,17 +477,17 @@ ChunkMap = Callable[[Callable[[Any], Any], Sequence[Any]], Any]
 def write_attention(group: zarr.Group, start: int, attention: np.ndarray,
                     map_chunks: ChunkMap | None = None) -> None:
     """Write the padded attention (b, layer, head, t_max, t_max) of inputs start..start+b: each
-    input's chunk as its bytes straight from `attention` where the array stores plain bytes
-    (`raw_chunks`: no copy into a chunk of zarr's own, no check against the fill value), the
-    same bytes zarr writes; through zarr otherwise. On a local folder the chunks are files
-    written by `map_chunks` (a map over them: in order on this thread by default; the
-    extraction's last batch spreads them over its cores), no event loop
+    input's chunk as its bytes straight from `attention` (each input's values C-contiguous) where
+    the array stores plain bytes (`raw_chunks`: no copy into a chunk of zarr's own, no check against
+    the fill value), the same bytes zarr writes; through zarr otherwise. On a local folder the
+    chunks are files written by `map_chunks` (a map over them: in order on this thread by default;
+    the extraction's last batch spreads them over its cores), no event loop
     (`RecordingStore.file_writer`)."""
     array = group["attention"]
     if _legacy(array, LEGACY_ATTENTION_DIMS):
         attention = _one_head(attention, f"{array.path}")
     elif raw_chunks(array) and attention.dtype == np.dtype("<f4") \
-            and attention.shape[1:] == array.shape[1:] and attention.flags.c_contiguous:
+            and attention.shape[1:] == array.shape[1:] and _rows_contiguous(attention):
         _write_raw(array, start, attention, map_chunks or _in_order)
         return
     array[start:start + len(attention)] = attention
@@ -510,6 +510,13 @@ def make_attention_folders(group: zarr.Group, start: int, stop: int) -> None:
                        for i in range(max(start, 0), min(stop, array.shape[0])))
 
 
+def _rows_contiguous(attention: np.ndarray) -> bool:
+    """Whether each input's values (`attention[i]`) are C-contiguous, in order: the rows of a
+    C-contiguous array, or of the extraction's buffer, whose rows each start on a page."""
+    return attention.flags.c_contiguous or (
+        attention[0].flags.c_contiguous and attention.strides[0] >= attention[0].nbytes)
+
+
 def raw_chunks(array: zarr.Array) -> bool:
     """Whether a chunk of `array` is its values' little-endian bytes, nothing else: Zarr v3, the
     one codec `bytes` (no compressor, no filter, no sharding), float32, one input per chunk
@@ -525,12 +532,13 @@ def raw_chunks(array: zarr.Array) -> bool:
 
 def _write_raw(array: zarr.Array, start: int, attention: np.ndarray,
                map_chunks: ChunkMap) -> None:
-    """Each input's chunk of `attention` (C-contiguous little-endian float32, one input per
-    chunk: `raw_chunks`) set in `array`'s store, as zarr sets them: as files by `map_chunks` on
-    a local folder (`RecordingStore.file_writer`), else all at once through zarr's event loop; a
-    chunk that is all fill value (zero: never a real input's attention, whose rows sum to 1)
-    goes through zarr, which skips or deletes it. A store that keeps what it is given (in
-    memory) gets copies: `attention` is a buffer the caller reuses."""
+    """Each input's chunk of `attention` (little-endian float32, each input's values C-contiguous,
+    one input per chunk: `raw_chunks`) set in `array`'s store, as zarr sets them: as files by
+    `map_chunks` on a local folder (`RecordingStore.file_writer`: around the page cache where a
+    chunk starts on a page and the file system takes it), else all at once through zarr's event
+    loop; a chunk that is all fill value (zero: never a real input's attention, whose rows sum to 1)
+    goes through zarr, which skips or deletes it. A store that keeps what it is given (in memory)
+    gets copies: `attention` is a buffer the caller reuses."""
     stop = start + len(attention)
     if start < 0 or stop > array.shape[0]:
         raise IndexError(f"inputs {start}..{stop} of an attention array of {array.shape[0]}")

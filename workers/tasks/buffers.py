@@ -1,5 +1,8 @@
 """The host buffers an extraction task writes the store from: laid out as the store's attention
 chunks (input, layer, head, t_max, t_max), float32, zeroed once and reused batch after batch.
+Each input's chunk starts on a page (`storage.recording.ALIGN`; its row padded up to whole
+pages), so that its file is written from it around the page cache where the file system takes
+it (`storage.recording.write_all`).
 
 On a CUDA device the model's maps land in one buffer on the device (`ChunkSink`), which one
 `non_blocking` copy per batch moves into a pinned host buffer; on the CPU the maps land in the
@@ -17,6 +20,7 @@ drops its set (a batch cut short leaves values its rows' extents do not record).
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -25,6 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from storage.recording import ALIGN
 from workers.models.extraction import ChunkSink
 
 
@@ -49,10 +54,14 @@ class ChunkBuffers:
 
     def __init__(self, model: str, shape: tuple[int, int, int, int], rows: int, each: bool,
                  device: torch.device, count: int) -> None:
-        full = (rows, *shape)  # (input, layer, head, t_max, t_max)
         cuda = device.type == "cuda"
-        self.host = [_zeros(full, pinned=cuda) for _ in range(count)]
-        self.on_device = torch.zeros(full, dtype=torch.float32, device=device) if cuda else None
+        # (input, layer, head, t_max, t_max) views of flat buffers, each input on its own pages
+        self._flat_host = [_aligned_zeros(rows, shape, pinned=cuda) for _ in range(count)]
+        self.host = [_rows(flat, rows, shape) for flat in self._flat_host]
+        self._flat_device = torch.zeros(rows * _row_floats(shape), dtype=torch.float32,
+                                        device=device) if cuda else None
+        self.on_device = None if self._flat_device is None else \
+            _rows(self._flat_device, rows, shape)
         # the sink's `extents` say what each row holds: one sink per buffer written into
         targets = [self.on_device] if cuda else self.host
         self.sinks = [ChunkSink(model, shape[0], each, target) for target in targets]
@@ -70,7 +79,9 @@ class ChunkBuffers:
         host = self.host[k % len(self.host)]
         if self.on_device is None:
             return Filled(host.numpy(), n)
-        host[:n].copy_(self.on_device[:n], non_blocking=True)
+        span = n * _row_floats(tuple(host.shape[1:]))  # rows [:n] and their padding: contiguous
+        self._flat_host[k % len(self.host)][:span].copy_(self._flat_device[:span],
+                                                          non_blocking=True)
         event = torch.cuda.Event()
         event.record(torch.cuda.current_stream(self.on_device.device))  # the copy's stream
         return Filled(host.numpy(), n, event)
@@ -99,12 +110,31 @@ def chunk_buffers(model: str, shape: tuple[int, int, int, int], rows: int, each:
         _KEPT[key] = buffers
 
 
-def _zeros(shape: tuple[int, ...], pinned: bool) -> torch.Tensor:
-    """A zeroed float32 host tensor, in page-locked memory when `pinned` and the driver gives it
-    (a pageable one otherwise: the copies are then synchronous, the values the same)."""
+def _row_floats(shape: tuple[int, ...]) -> int:
+    """Floats from one input's chunk of `shape` to the next: the chunk, padded to whole pages."""
+    page = ALIGN // 4
+    return -(-math.prod(shape) // page) * page
+
+
+def _rows(flat: torch.Tensor, rows: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """`flat` (at least `rows` padded rows, `_row_floats`) as (rows, *shape): a view, each row
+    C-contiguous at the start of its padded span."""
+    return flat[:rows * _row_floats(shape)].view(rows, -1)[:, :math.prod(shape)].view(
+        rows, *shape)
+
+
+def _aligned_zeros(rows: int, shape: tuple[int, ...], pinned: bool) -> torch.Tensor:
+    """`rows` padded rows of zeroed float32 (flat) starting on a page, in page-locked memory
+    when `pinned` and the driver gives it (a pageable one otherwise: the copies are then
+    synchronous, the values the same)."""
+    size = rows * _row_floats(shape) + ALIGN // 4  # a page to spare: the start moved onto one
+    flat = None
     if pinned:
         try:
-            return torch.zeros(shape, dtype=torch.float32, pin_memory=True)
+            flat = torch.zeros(size, dtype=torch.float32, pin_memory=True)
         except RuntimeError:
             pass
-    return torch.from_numpy(np.zeros(shape, dtype=np.float32))
+    if flat is None:
+        flat = torch.from_numpy(np.zeros(size, dtype=np.float32))
+    start = (-flat.data_ptr() % ALIGN) // 4
+    return flat[start:start + rows * _row_floats(shape)]
