@@ -50,7 +50,8 @@ PICTURE = (500, 375)  # width, height of every input picture
 THIN = dict(hidden_size=16, num_attention_heads=1, intermediate_size=32)
 BATCH = {"vit-b": 64, "dinov2-l-reg": 64, "dinov2-518": 4, "roberta": 64}
 DEFAULT_INPUTS = {"vit-b": 128, "dinov2-l-reg": 128, "dinov2-518": 16, "roberta": 128}
-SETTLE_S = 6  # after a process's deletions, flushed: the kernel skips inodes deleted < 5 s ago
+SETTLE_S = 6  # after a process's deletions, flushed (a fresh file system's cost is not restored:
+# new inodes stayed 3.8-5.7x dearer 6-70 s after a deletion here, benchmarks/README.md, 2026-12-07)
 
 
 def make_images(folder: Path, n: int) -> Path:
