@@ -149,14 +149,18 @@ def test_kill_9_of_the_driver_then_rerun_takes_over_the_lease_and_equals_an_unin
     assert lease_holder(ref) is not None  # the killed driver's lease is still there
     again = cli("run", str(config), "--in-process", "--no-progress", cwd=tmp_path,
                 extra_env={"DOBRUSHIN_LEASE_SECONDS": "4"}, timeout=900)
-    # the lease had not expired yet: refused, naming the holder; then taken over once expired
+    # the lease had not expired yet and its holder could not be seen gone: refused, naming the
+    # holder; then taken over once expired
     if again.returncode == 2:
         assert "in use by another sweep run" in again.stderr and "pid" in again.stderr
         time.sleep(4.5)
         again = cli("run", str(config), "--in-process", "--no-progress", cwd=tmp_path,
                     extra_env={"DOBRUSHIN_LEASE_SECONDS": "4"}, timeout=900)
     assert again.returncode == 0, again.stderr
-    assert "taking over the expired lease" in again.stderr
+    # taken over as expired, or at once, before it expired, as the lease of a process that has
+    # exited on this host: which one depends on how soon the rerun reads it, so either passes
+    assert "taking over the expired lease" in again.stderr or (
+        "taking over the lease of" in again.stderr and "has exited (on this host" in again.stderr)
     assert_same_arrays(local_reference, stored_arrays(ref))
 
 
