@@ -164,35 +164,25 @@ DIRECT_FILE_SYSTEMS = frozenset({"ext4", "xfs"})
 O_DIRECT = getattr(os, "O_DIRECT", 0) if fcntl else 0  # 0 where the platform has none (macOS)
 
 
-def mount_file_system(path: Path, mountinfo: str | None = None) -> str | None:
-    """The type of the file system `path` lies on (the longest mount point above its real
-    path in /proc/self/mountinfo, or in `mountinfo`'s text), None where none is listed."""
-    if mountinfo is None:
+def mount_file_system(path: Path, partitions: Iterable[Any] | None = None) -> str | None:
+    """The type of the file system `path` lies on: that of the longest mount point above its
+    real path among `partitions` (psutil's `disk_partitions(all=True)` by default: this
+    machine's mounts, in mount order), None where none is listed."""
+    if partitions is None:
+        import psutil
+
         try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
+            partitions = psutil.disk_partitions(all=True)
         except OSError:
             return None
     target = os.path.realpath(path)
     best, kind = -1, None
-    for line in mountinfo.splitlines():
-        fields = line.split()
-        if "-" not in fields[6:]:
-            continue
-        point = _unescape(fields[4])
-        dash = fields.index("-", 6)
-        if len(fields) <= dash + 1:
-            continue
+    for partition in partitions:
+        point = partition.mountpoint
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and len(point) >= best:  # a later mount over the same point hides the earlier
-            best, kind = len(point), fields[dash + 1]
+            best, kind = len(point), partition.fstype
     return kind
-
-
-def _unescape(field: str) -> str:
-    """A mountinfo path: space, tab, newline and backslash appear as octal escapes."""
-    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
-        field = field.replace(code, char)
-    return field
 
 
 @functools.lru_cache(maxsize=64)

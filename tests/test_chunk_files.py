@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,15 +20,10 @@ from workers.tasks.buffers import ChunkBuffers
 
 LENGTHS = [0, 100, ALIGN, 3 * ALIGN + 7, 1_862_832]  # 1,862,832: a ViT-B input's chunk
 
-MOUNTINFO = """\
-22 1 254:0 / / rw,relatime shared:1 - ext4 /dev/vda rw
-23 22 0:21 / /proc rw,nosuid - proc proc rw
-24 22 0:5 / /dev/shm rw shared:2 - tmpfs tmpfs rw
-25 22 0:40 / /scratch rw - nfs4 server:/export rw,vers=4.2
-26 25 254:1 / /scratch/local\\040disk rw master:3 - xfs /dev/vdb rw
-27 22 0:41 / /mnt/x rw - ext4 /dev/vdc rw
-28 22 0:42 / /mnt/x rw - fuse.sshfs host:/ rw
-"""
+MOUNTS = [SimpleNamespace(mountpoint=point, fstype=kind) for point, kind in [
+    ("/", "ext4"), ("/proc", "proc"), ("/dev/shm", "tmpfs"), ("/scratch", "nfs4"),
+    ("/scratch/local disk", "xfs"), ("/mnt/x", "ext4"), ("/mnt/x", "fuse.sshfs"),
+]]  # as psutil.disk_partitions gives them, in mount order: the second /mnt/x hides the first
 
 
 def aligned_bytes(n: int, offset: int = 0) -> np.ndarray:
@@ -119,13 +115,13 @@ def test_a_direct_write_the_kernel_refuses_goes_on_buffered(tmp_path, monkeypatc
 ])
 def test_the_file_system_is_the_longest_mount_point_above_the_path_the_last_one_mounted(
         path, kind):
-    assert mount_file_system(path, MOUNTINFO) == kind
+    assert mount_file_system(path, MOUNTS) == kind
 
 
 def test_only_local_disks_are_written_direct(monkeypatch):
     """ext4 and xfs; not tmpfs, NFS, FUSE or a path no mount lists."""
     def kinds(root):
-        return mount_file_system(root, MOUNTINFO)
+        return mount_file_system(root, MOUNTS)
 
     monkeypatch.setattr(recording, "mount_file_system", kinds)
     recording.takes_direct.cache_clear()
