@@ -453,3 +453,79 @@ def test_one_core_runs_every_stage_on_the_callers_thread():
 
     run_batches(3, lambda k, parts: parts(note, [k])[0], note, note, cores=1)
     assert seen == {threading.current_thread().name}
+
+
+def test_a_load_beside_a_forward_pass_leaves_the_forward_pass_a_core():
+    """The first load, with nothing else running, has every core; each later load runs while a
+    forward pass does, on one core fewer: with two, its parts one after another on the loader's
+    thread; with three, at most two at once."""
+    for cores in (2, 3):
+        seen: dict[int, set[str]] = {}
+        at_once = {"now": 0, "most": {}}
+        lock = threading.Lock()
+
+        def load(k, parts, seen=seen, at_once=at_once, lock=lock):
+            def part(i):
+                with lock:
+                    at_once["now"] += 1
+                    at_once["most"][k] = max(at_once["most"].get(k, 0), at_once["now"])
+                seen.setdefault(k, set()).add(threading.current_thread().name)
+                time.sleep(0.02)
+                with lock:
+                    at_once["now"] -= 1
+
+            parts(part, range(6))
+            return k
+
+        run_batches(4, load, lambda k, item: item, lambda k, r, parts: None, cores=cores)
+        assert at_once["most"][0] == cores and all(name.startswith("extract-part")
+                                                   for name in seen[0])
+        for k in (1, 2, 3):
+            assert at_once["most"][k] == cores - 1
+            if cores == 2:
+                assert len(seen[k]) == 1 and next(iter(seen[k])).startswith("extract-load")
+        assert not _threads()
+
+
+def test_the_tail_runs_on_the_callers_thread_while_the_last_batch_is_written():
+    caller = threading.current_thread().name
+    tail_ran = threading.Event()
+    order = []
+
+    def write(k, result, parts):
+        if k == 2:  # the last write finishes only once the tail has run beside it
+            assert tail_ran.wait(timeout=60)
+        order.append(("write", k))
+
+    def tail():
+        assert threading.current_thread().name == caller
+        order.append(("tail", None))
+        tail_ran.set()
+
+    run_batches(3, lambda k, parts: k, lambda k, item: order.append(("run", k)), write,
+                cores=2, tail=tail)
+    assert order.index(("run", 2)) < order.index(("tail", None)) < order.index(("write", 2))
+    assert order.index(("write", 1)) < order.index(("tail", None))
+    assert not _threads()
+    order.clear()
+    run_batches(2, lambda k, parts: k, lambda k, item: order.append(("run", k)),
+                lambda k, r, parts: order.append(("write", k)), cores=1,
+                tail=lambda: order.append(("tail", None)))
+    assert order == [("run", 0), ("write", 0), ("run", 1), ("write", 1), ("tail", None)]
+
+
+def test_the_last_writes_error_reaches_the_caller_before_the_tails():
+    def write(k, result, parts):
+        if k == 1:
+            time.sleep(0.05)  # still writing when the tail fails
+            raise OSError("write 1")
+
+    def tail():
+        raise ValueError("tail")
+
+    with pytest.raises(OSError, match="write 1"):
+        run_batches(2, lambda k, parts: k, lambda k, item: item, write, cores=2, tail=tail)
+    with pytest.raises(ValueError, match="tail"):
+        run_batches(2, lambda k, parts: k, lambda k, item: item, lambda k, r, parts: None,
+                    cores=2, tail=tail)
+    assert not _threads()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -142,16 +142,19 @@ def run_extract(task: ExtractTask) -> int:
             f"({extractor.spec.heads} heads), the store expects {n_layers} layers x {n_heads} "
             f"heads x <= {t_max} tokens")
     shard = Shard(task, group, dataset, list(ids), (n_layers, n_heads, t_max))
-    with in_use:
-        extract_batches(shard, extractor, task_cores())
-    write_tokens(group, task.start, shard.n_tokens, shard.token_kind)
     names = ("attention", "n_tokens", "token_kind")
-    if task.device_rollout != "off":
-        write_device_rollout(group, task.start, shard.device_kappa)
-        names += (DEVICE_ROLLOUT,)
-    if "input_digest" in group:
-        write_input_digest(group, task.start, digests)
-        names += ("input_digest",)
+    names += (DEVICE_ROLLOUT,) if task.device_rollout != "off" else ()
+    names += ("input_digest",) if "input_digest" in group else ()
+
+    def side_arrays() -> None:  # every forward pass done: written while the last chunks are
+        write_tokens(group, task.start, shard.n_tokens, shard.token_kind)
+        if DEVICE_ROLLOUT in names:
+            write_device_rollout(group, task.start, shard.device_kappa)
+        if "input_digest" in names:
+            write_input_digest(group, task.start, digests)
+
+    with in_use:
+        extract_batches(shard, extractor, task_cores(), tail=side_arrays)
     files = shard_chunks(group, names, task.shard, task.start, task.stop)
     sums = checksums(task.store, files, written_by(group))
     clear_dropped(task.store, task.model, task.shard)  # every input's attention is back
@@ -182,22 +185,24 @@ class Shard:
         return slice(first, min(first + self.task.batch_size, self.size))
 
 
-def extract_batches(shard: Shard, extractor: Extractor, cores: int) -> None:
+def extract_batches(shard: Shard, extractor: Extractor, cores: int,
+                    tail: Callable[[], None] | None = None) -> None:
     """Every batch of the shard through `workers.tasks.pipeline.run_batches`: load (read,
     decode, preprocess: in parts on the worker's cores where the family prepares inputs alone),
     run (the forward pass into the chunk buffers, token kinds, the device rollout), write (the
     chunks, after checking every value is finite; their folders made ahead, on the loader's
     thread: `make_attention_folders`). The forward pass and the rollout run on this
-    thread, all of it under `fixed_torch(TORCH_THREADS)`: the same bits on any core count."""
+    thread, all of it under `fixed_torch(TORCH_THREADS)`: the same bits on any core count.
+    `tail()`: after the last forward pass, on this thread, while the last batch is written."""
     task, batch_size = shard.task, shard.task.batch_size
     with chunk_buffers(task.model, (shard.n_layers, shard.n_heads, shard.t_max, shard.t_max),
                        min(batch_size, shard.size), extractor.spec.heads == "each",
                        extractor.device, count=2 if cores > 1 else 1) as buffers:
-        _extract_batches(shard, extractor, cores, buffers)
+        _extract_batches(shard, extractor, cores, buffers, tail)
 
 
 def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
-                     buffers: ChunkBuffers) -> None:
+                     buffers: ChunkBuffers, tail: Callable[[], None] | None) -> None:
     task = shard.task
     stop = threading.Event()
 
@@ -257,7 +262,7 @@ def _extract_batches(shard: Shard, extractor: Extractor, cores: int,
         make_attention_folders(shard.group, task.start + rows.start, task.start + rows.stop)
 
     with fixed_torch(TORCH_THREADS):
-        run_batches(len(shard.firsts), load, run, write, cores, stop, ahead=folders)
+        run_batches(len(shard.firsts), load, run, write, cores, stop, ahead=folders, tail=tail)
 
 
 def whole_inputs(batch: Batch, reused: dict[str, torch.Tensor] | None) -> dict[str, torch.Tensor]:

@@ -1,10 +1,12 @@
 """Batches through three stages, one batch each in flight: while the caller's thread runs batch
-k (the forward pass), batch k+1 is loaded (its parts on a pool of the worker's cores) and batch
-k-1 written. Each stage meets the batches in order, so what they compute is what one thread
-computes; with one core the stages run one after another on the caller's thread. An optional
-fourth stage, `ahead`, readies batch k's write (an extraction makes its chunk folders) on the
-loader's thread while batch k-1 runs (batch 0's while batch 0 runs, after batch 1's load): off
-the writer's path, and never ahead of a load the forward pass waits for.
+k (the forward pass), batch k+1 is loaded (its parts on the cores the forward pass leaves: one
+fewer than the worker's) and batch k-1 written. Each stage meets the batches in order, so what
+they compute is what one thread computes; with one core the stages run one after another on the
+caller's thread. An optional fourth stage, `ahead`, readies batch k's write (an extraction makes
+its chunk folders) on the loader's thread while batch k-1 runs (batch 0's while batch 0 runs,
+after batch 1's load): off the writer's path, and never ahead of a load the forward pass waits
+for. An optional `tail` runs once on the caller's thread while the last batch is written (an
+extraction writes its token counts and kinds there).
 
 A stage's error reaches the caller, the one an in-order run meets first (an earlier batch's
 write before a later batch's load), after every stage thread has stopped: nothing keeps writing
@@ -28,6 +30,10 @@ def _nothing(k: int) -> None:
     """No stage."""
 
 
+def _none() -> None:
+    """No tail."""
+
+
 def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
     """`fn` over `items` on this thread, in order."""
     return [fn(item) for item in items]
@@ -36,14 +42,19 @@ def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
 def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, Any], Any],
                 write: Callable[[int, Any, Mapper], None], cores: int,
                 stop: threading.Event | None = None,
-                ahead: Callable[[int], None] | None = None) -> None:
+                ahead: Callable[[int], None] | None = None,
+                tail: Callable[[], None] | None = None) -> None:
     """For k in 0..n-1: `write(k, run(k, load(k, parts)), parts)`, pipelined on `cores` > 1
-    (`parts` maps a function over a batch's parts on the pool; serially with one core, and for
-    every write but the last, which runs alone). `run` always runs on the calling thread;
+    (`parts` maps a function over a batch's parts: on a pool of `cores` threads for the first
+    load and the last write, which run alone; of `cores` - 1 for every other load, beside a
+    forward pass, which keeps a core to itself (serially with two cores); serially for every
+    other write, and with one core). `run` always runs on the calling thread;
     `write(k)` starts after `run(k)` and before `run(k + 2)` starts (two buffers suffice);
     `load(k + 1)` while `run(k)` runs. `ahead(k)`, where given: after `load(k)` (and `load(1)`
     for k = 0) and before `write(k)`, on the loader's thread (with one core, after `run(k)`);
-    its error reaches the caller after `run(k)`'s and `write(k - 1)`'s."""
+    its error reaches the caller after `run(k)`'s and `write(k - 1)`'s. `tail()`, where given,
+    once after the last `run` (and `write(n - 2)`), on the calling thread while the last write
+    runs (with one core, after it); the last write's error reaches the caller before its own."""
     stop = stop or threading.Event()
     ahead = ahead or _nothing
     if cores <= 1:
@@ -51,15 +62,15 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
             result = run(k, load(k, serial_map))
             ahead(k)
             write(k, result, serial_map)
+        (tail or _none)()
         return
     parts = ThreadPoolExecutor(cores, thread_name_prefix="extract-part")
+    beside = serial_map if cores == 2 else _mapper(
+        ThreadPoolExecutor(cores - 1, thread_name_prefix="extract-part"))
     loader = ThreadPoolExecutor(1, thread_name_prefix="extract-load")
     writer = ThreadPoolExecutor(1, thread_name_prefix="extract-write")
 
-    def on_pool(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
-        futures = [parts.submit(fn, item) for item in items]
-        return [future.result() for future in futures]
-
+    on_pool = _mapper(parts)
     written: Future | None = None  # batch k-1's write
     try:
         loading = loader.submit(load, 0, on_pool) if n else None
@@ -67,7 +78,7 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
         for k in range(n):
             item = loading.result()
             if k + 1 < n:
-                loading = loader.submit(load, k + 1, on_pool)
+                loading = loader.submit(load, k + 1, beside)
             for j in range(k, min(k + 2, n)):  # batch 0's beside run(0) too, after load(1)
                 if j not in readying:
                     readying[j] = loader.submit(ahead, j)
@@ -77,6 +88,7 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
             readying.pop(k).result()
             # the last write has the cores to itself: every load is done
             written = writer.submit(write, k, result, on_pool if k == n - 1 else serial_map)
+        (tail or _none)()
         if written is not None:
             written.result()
     except KeyboardInterrupt:
@@ -90,6 +102,18 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
         raise
     finally:
         stop.set()
-        parts.shutdown(wait=False, cancel_futures=True)  # parts not started never start
-        for pool in (loader, parts, writer):
+        pools = [parts, *([] if beside is serial_map else [beside.pool]), loader, writer]
+        for pool in pools[:-2]:
+            pool.shutdown(wait=False, cancel_futures=True)  # parts not started never start
+        for pool in pools:
             pool.shutdown(wait=True)
+
+
+def _mapper(pool: ThreadPoolExecutor) -> Mapper:
+    """A `Mapper` over `pool`'s threads (`.pool`: the pool, for its shutdown)."""
+    def on_pool(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
+        futures = [pool.submit(fn, item) for item in items]
+        return [future.result() for future in futures]
+
+    on_pool.pool = pool  # type: ignore[attr-defined]
+    return on_pool
