@@ -65,8 +65,7 @@ def run(title: str, models: list[str], rounds: int, variants: dict[str, Variant]
             n = pb.DEFAULT_INPUTS[name]
             config = pb.sweep_config(folder, path, options, name, n, pb.BATCH[name], images)
             measured = pb.Measured(config, scratch)
-            results = measure(measured, rounds, variants)
-            measured.settle(everything=True)
+            results = measure(measured, rounds, variants)  # its store deleted with the scratch
             print(f"\n{name}: {n} inputs, batch {pb.BATCH[name]}, {rounds} rounds each")
             for variant_name, rows in results.items():
                 ratios = [r[0] for r in rows]

@@ -14,8 +14,9 @@ alternately, `--repeats` times; inside one, `--rounds` rounds alternate the bare
 (`model(**inputs, output_attentions=True)` on the same batches, preprocessed beforehand, under
 the same one torch thread) and the extraction task as `sweep run --in-process` runs it (every
 shard's `run_task`, the model already loaded), each round writing new chunk files as a sweep
-does (`--rewrite`: replacing the last round's, as a rerun does), nothing deleted until a
-process's last round (since 2026-12-07: `Measured.unwrite` says why). Reported per tree: the median
+does (`--rewrite`: replacing the last round's, as a rerun does), nothing deleted while any process
+measures (since 2026-12-07, tenth session: `Measured.unwrite` and `make_room` say why; start it
+on a file system where nothing was deleted in the last minute). Reported per tree: the median
 of each process's median rounds: inputs/s of both; their ratio, paired (each extraction round's
 pace against the bare round just before it: this machine's pace drifts by tens of percent
 between processes, less between neighbouring rounds), and the ratio of the two medians beside
@@ -50,8 +51,8 @@ PICTURE = (500, 375)  # width, height of every input picture
 THIN = dict(hidden_size=16, num_attention_heads=1, intermediate_size=32)
 BATCH = {"vit-b": 64, "dinov2-l-reg": 64, "dinov2-518": 4, "roberta": 64}
 DEFAULT_INPUTS = {"vit-b": 128, "dinov2-l-reg": 128, "dinov2-518": 16, "roberta": 128}
-SETTLE_S = 6  # after a process's deletions, flushed (a fresh file system's cost is not restored:
-# new inodes stayed 3.8-5.7x dearer 6-70 s after a deletion here, benchmarks/README.md, 2026-12-07)
+RECENT_S = 65  # ext4 without a journal skips, one by one, the inodes freed in the last 60 s
+# (the kernel's RECENTCY_MIN; 300 s while their inode table is unwritten: the deletions are synced)
 
 
 def make_images(folder: Path, n: int) -> Path:
@@ -187,18 +188,17 @@ class Measured:
             run_task(task)
 
     def unwrite(self) -> None:
-        """Move what the extraction tasks wrote (their arrays' chunks) into a folder that is
-        deleted only after the last round (`settle`), and clear their markers, so the next
+        """Move what the extraction tasks wrote (their arrays' chunks) into a folder deleted
+        with the benchmark's scratch (or by `make_room`), and clear their markers, so the next
         round writes new files as a sweep does; left out with `--rewrite`, a round replaces the
         last round's files (on ext4, replacing a file through a rename flushes its data: about
         1 ms of wall per ViT-B chunk here that a sweep's first write does not wait for).
 
         Nothing is deleted while rounds run: on an ext4 without a journal (this machine's root),
-        a new file or folder skips, one by one, every free inode deleted in the last seconds
-        (minutes while its inode table is not yet written back: the kernel's
-        `recently_deleted`): after the last round's deletion, making a RoBERTa batch's chunk
-        folders took 63-190 ms of CPU, against 6-24 ms without (2026-12-07), a cost a sweep's
-        first pass does not pay."""
+        a new file or folder skips, one by one, every free inode deleted in the last 60 s (300 s
+        while its inode table is not yet written back: the kernel's `recently_deleted`): after
+        the last round's deletion, making a RoBERTa batch's chunk folders took 63-190 ms of CPU,
+        against 6-24 ms without (2026-12-07), a cost a sweep's first pass does not pay."""
         from storage.layout import DEVICE_ROLLOUT
         from storage.markers import clear
 
@@ -211,18 +211,6 @@ class Measured:
                 (store / model / name / "c").rename(trash / name)
         for task in self.tasks:
             clear(task.store, task.scope, task.marker)
-
-    def settle(self, everything: bool = False) -> None:
-        """Delete what the rounds so far wrote (`everything`: this process's whole store),
-        flush the deletions and wait out the kernel's window for recently deleted inodes
-        (`unwrite`): the next round, or process, meets a file system as a sweep's first pass
-        does, long after any cleanup. Not timed."""
-        import shutil
-
-        shutil.rmtree(self.folder if everything else self.folder / "written",
-                      ignore_errors=True)
-        os.sync()
-        time.sleep(SETTLE_S)
 
     def rounds(self, count: int, rewrite: bool = False) -> dict[str, list[tuple[float, float]]]:
         """(wall s, process CPU s) of `count` rounds of each, alternating, after a warm-up;
@@ -250,14 +238,14 @@ def child(args: argparse.Namespace) -> None:
     """Measure this process's tree (PYTHONPATH); print one JSON line."""
     spec = json.loads(args.child)
     measured = Measured(spec["config"], spec["scratch"])
+    time.sleep(max(0.0, spec.get("quiet_until", 0.0) - time.time()))  # `make_room`'s deletions
     if spec.get("simulate"):
         print(json.dumps(simulate(measured, spec)), flush=True)
         return
     load = os.getloadavg()[0]
     times = measured.rounds(spec["rounds"], spec.get("rewrite", False))
-    measured.settle(everything=True)
-    print(json.dumps({"n": measured.n, "times": times, "load": [load, os.getloadavg()[0]]}),
-          flush=True)
+    print(json.dumps({"n": measured.n, "times": times, "load": [load, os.getloadavg()[0]],
+                      "folder": str(measured.folder)}), flush=True)
 
 
 def simulate(measured: Measured, spec: dict) -> dict:
@@ -286,10 +274,8 @@ def simulate(measured: Measured, spec: dict) -> dict:
             sinks[-1](probs[:len(batch.positions)])
 
     def timed() -> tuple[float, float]:
-        """(wall s, process CPU s) per batch of `rounds` extraction rounds, after deleting the
-        rounds before (`settle`)."""
+        """(wall s, process CPU s) per batch of `rounds` extraction rounds."""
         wall = cpu = 0.0
-        measured.settle()
         for _ in range(spec["rounds"]):
             if not spec.get("rewrite"):
                 measured.unwrite()
@@ -308,19 +294,48 @@ def simulate(measured: Measured, spec: dict) -> dict:
         state["t"] = factor * work
         out["points"].append({"t_s": state["t"], "wall_s": timed()[0]})
     out["load"] = os.getloadavg()[0]
-    measured.settle(everything=True)
+    out["folder"] = str(measured.folder)
     return out
 
 
 # --- the parent: inputs, processes, the table ---------------------------------------------------
-def run_child(tree: Path, spec: dict) -> dict:
+def make_room(scratch: Path, kept: list[Path], need: int) -> float:
+    """Delete the finished processes' stores (`kept`) where the scratch's file system has less
+    than `need` bytes free, flushed; the time (epoch s) before which the next process must not
+    start measuring: `RECENT_S` after a deletion (`Measured.unwrite`), else now."""
+    import shutil
+
+    if shutil.disk_usage(scratch).free >= need or not kept:
+        return time.time()
+    for folder in kept:
+        shutil.rmtree(folder, ignore_errors=True)
+    kept.clear()
+    os.sync()
+    return time.time() + RECENT_S
+
+
+def folder_bytes(folder: Path) -> int:
+    """Bytes of the files below `folder`."""
+    return sum(entry.stat().st_size for entry in folder.rglob("*") if entry.is_file())
+
+
+def run_child(tree: Path, spec: dict, kept: list[Path] | None = None) -> dict:
+    """One process measuring `tree`; its store is left for `make_room` (listed in `kept`), which
+    runs first: room for twice the bytes the last process left, and 1 GiB."""
+    if kept is not None:
+        last = folder_bytes(kept[-1]) if kept else 0
+        spec = spec | {"quiet_until": make_room(Path(spec["scratch"]), kept,
+                                                2 * last + (1 << 30))}
     env = {**os.environ, "PYTHONPATH": str(tree), "HF_HUB_OFFLINE": "1"}
     done = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child",
                            json.dumps(spec)], env=env, capture_output=True, text=True,
                           check=False)
     if done.returncode:
         raise SystemExit(f"the child for {tree} failed:\n{done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    if kept is not None:
+        kept.append(Path(out["folder"]))
+    return out
 
 
 def summary(results: list[dict]) -> dict[str, float]:
@@ -369,6 +384,7 @@ def main() -> None:
         {"before": args.before.resolve(), "after": ROOT}
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
+        kept: list[Path] = []  # finished processes' stores: deleted at the end, or to make room
         count = max(DEFAULT_INPUTS.values()) if args.images is None else args.images
         images = make_images(folder / "images", count)
         print(f"pipeline_bench: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f}; "
@@ -381,12 +397,12 @@ def main() -> None:
             if args.simulate:
                 factors = [float(f) for f in args.factors.split(",")]
                 report_simulation(name, run_child(ROOT, spec | {"simulate": True,
-                                                                  "factors": factors}))
+                                                                  "factors": factors}, kept))
                 continue
             results: dict[str, list[dict]] = {tree: [] for tree in trees}
             for _ in range(args.repeats):
                 for tree, where in trees.items():
-                    results[tree].append(run_child(where, spec))
+                    results[tree].append(run_child(where, spec, kept))
             report(name, n, BATCH[name], {tree: summary(r) for tree, r in results.items()})
 
 
