@@ -248,16 +248,16 @@ def child(args: argparse.Namespace) -> None:
                       "folder": str(measured.folder)}), flush=True)
 
 
-def simulate(measured: Measured, spec: dict) -> dict:
-    """The extraction task with a simulated device: each forward pass sleeps t ms (the GIL
-    released) and gives the installed sink precomputed maps, one per layer; each round into
-    new chunk files unless `rewrite`."""
+def simulated_device(measured: Measured) -> dict:
+    """Swap the extractor's forward pass for a simulated device: each forward pass sleeps
+    `state["t"]` s (the GIL released, as a GPU call) and gives the installed sink precomputed
+    maps (softmax of normal draws, as wide as the widest batch's tokens), one per layer. Returns
+    that `state` (t = 0 at first)."""
     import torch
 
     extractor, batches = measured.extractor, measured.batches
-    first = batches[0]
+    rows = len(batches[0].positions)
     # the widest batch's tokens (text batches are padded to their longest input)
-    rows = len(first.positions)
     tokens = max(len(p) for batch in batches for p in batch.positions)
     gen = torch.Generator().manual_seed(0)
     probs = torch.softmax(torch.randn(rows, 1, tokens, tokens, generator=gen), dim=-1)
@@ -273,6 +273,15 @@ def simulate(measured: Measured, spec: dict) -> dict:
         for _ in range(extractor.n_layers):
             sinks[-1](probs[:len(batch.positions)])
 
+    extractor.install_hooks, extractor.forward = install_hooks, forward
+    return state
+
+
+def simulate(measured: Measured, spec: dict) -> dict:
+    """The extraction task with a simulated device (`simulated_device`); each round into new
+    chunk files unless `rewrite`."""
+    state = simulated_device(measured)
+
     def timed() -> tuple[float, float]:
         """(wall s, process CPU s) per batch of `rounds` extraction rounds."""
         wall = cpu = 0.0
@@ -285,8 +294,7 @@ def simulate(measured: Measured, spec: dict) -> dict:
             cpu += time.process_time() - used
         return wall / (spec["rounds"] * batch_count), cpu / (spec["rounds"] * batch_count)
 
-    extractor.install_hooks, extractor.forward = install_hooks, forward
-    batch_count = len(batches)
+    batch_count = len(measured.batches)
     measured.extract()  # warm-up
     zero, work = timed()  # work: CPU-s per batch
     out = {"n": measured.n, "batches": batch_count, "work_s": work, "t0_wall_s": zero, "points": []}

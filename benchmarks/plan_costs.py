@@ -17,6 +17,19 @@ x n^2 + CHECK_S x n^3 / 2).
       NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/plan_costs.py \\
         training $r; done
     NUMBA_NUM_THREADS=1 OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/plan_costs.py nulls
+
+`host [--models vit-b,roberta,dinov2-518] [--rounds 3]`: one GPU worker's host work, the unit
+of HOST_IMAGE_S, HOST_TEXT_S and HOST_BYTE_S. Per model of `pipeline_bench.py`'s thin models
+and inputs (one shard; the least of `--rounds` rounds): the load alone (read, decode,
+preprocess, one torch thread: CPU-s per input), and the extraction task with a simulated device
+(`pipeline_bench.simulated_device`: no forward pass, the sink given precomputed maps; each round
+into new chunk files; CPU-s per input). Both count every thread of the process. One JSON line per
+model; then the fit: CPU-s per attention byte from the model with the most bytes per input
+(its task less its load, per byte: what else a task does per input counted in), and each
+family's CPU-s per input, its task less that x its bytes. Run it where nothing was deleted in
+the last minute (`pipeline_bench.py` says why).
+
+    PYTHONPATH=. python benchmarks/plan_costs.py host
 """
 
 from __future__ import annotations
@@ -71,6 +84,77 @@ def nulls(sizes: list[int], trials: int) -> list[dict]:
     return out
 
 
+def host(models: list[str], rounds: int) -> list[dict]:
+    """Per model: CPU-s per input of its load alone and of its task on a simulated device;
+    then one record of the fitted constants (`host` above)."""
+    import tempfile
+    from pathlib import Path
+
+    pb = _pipeline_bench()
+    records = []
+    with tempfile.TemporaryDirectory() as scratch:
+        folder = Path(scratch)
+        images = pb.make_images(folder / "images", max(pb.DEFAULT_INPUTS[m] for m in models))
+        for name in models:
+            path, options = pb.thin_model(folder / "models", name)
+            n = pb.DEFAULT_INPUTS[name]
+            config = pb.sweep_config(folder, path, options, name, n, pb.BATCH[name], images)
+            records.append({"model": name, **_host_costs(pb.Measured(config, scratch), rounds)})
+    big = max(records, key=lambda r: r["input_bytes"])
+    per_byte = (big["task_cpu_s"] - big["load_cpu_s"]) / big["input_bytes"]
+    fit = {"HOST_BYTE_S": per_byte, "from": big["model"]}
+    for record in records:
+        fit[f"{record['model']} per input"] = record["task_cpu_s"] - \
+            per_byte * record["input_bytes"]
+    return [*records, fit]
+
+
+def _pipeline_bench():
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import pipeline_bench
+
+    return pipeline_bench
+
+
+def _host_costs(measured, rounds: int) -> dict:
+    """CPU-s per input of `measured`'s load alone (in this thread, one torch thread) and of its
+    task on a simulated device, each the least of `rounds` (the process's CPU: every thread)."""
+    import os
+
+    from workers.models.determinism import fixed_torch
+    from workers.tasks.extract import fresh_digests
+
+    pb = _pipeline_bench()
+    extractor, task = measured.extractor, measured.tasks[0]
+    dataset, _ = fresh_digests(task)
+    parts = [range(a, min(a + task.batch_size, task.stop))
+             for a in range(task.start, task.stop, task.batch_size)]
+
+    def load_all() -> float:  # the process's CPU: a fast tokenizer may use threads of its own
+        start = time.process_time()
+        with fixed_torch(1):
+            for part in parts:
+                extractor.prepare_into(extractor.read(dataset, part), None)
+        return time.process_time() - start
+
+    def one_task() -> float:
+        measured.unwrite()
+        start = time.process_time()
+        measured.extract()
+        return time.process_time() - start
+
+    load_all()
+    load = min(load_all() for _ in range(rounds)) / measured.n
+    pb.simulated_device(measured)  # t = 0: no forward pass
+    measured.extract()  # warm-up
+    task_s = min(one_task() for _ in range(rounds)) / measured.n
+    return {"n": measured.n, "input_bytes": measured.input_bytes, "load_cpu_s": load,
+            "task_cpu_s": task_s, "cores": len(os.sched_getaffinity(0))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="what", required=True)
@@ -83,6 +167,9 @@ def main() -> None:
     null = sub.add_parser("nulls")
     null.add_argument("--sizes", default="8,17,64")
     null.add_argument("--trials", type=int, default=4000)
+    hosts = sub.add_parser("host")
+    hosts.add_argument("--models", default="vit-b,roberta,dinov2-518")
+    hosts.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     if args.what == "training":
         import yaml
@@ -90,6 +177,9 @@ def main() -> None:
         options = {key: yaml.safe_load(value) for key, _, value in
                    (option.partition("=") for option in args.option)}
         print(json.dumps(training(args.recipe, args.table, args.seed, options)))
+    elif args.what == "host":
+        for record in host(args.models.split(","), args.rounds):
+            print(json.dumps(record), flush=True)
     else:
         for record in nulls([int(n) for n in args.sizes.split(",")], args.trials):
             print(json.dumps(record))

@@ -175,30 +175,27 @@ CONSTANTS.update({  # one GPU worker's pace (`worker_pace`, issue 41)
         estimate=True,
     ),
     "HOST_IMAGE_S": Constant(
-        1.1e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
-        "reading and decoding a 500 x 375 JPEG (torchvision's decoder) and the model's own "
-        "image processor",
-        "thin ViT-B (224 px, ViTImageProcessor): 3.72 CPU ms per input outside the forward "
-        "pass less HOST_BYTE_S x its 1.86 MB; PYTHONPATH=. python benchmarks/pipeline_bench.py "
-        "--before <a worktree of 966479d> --models vit-b,roberta --images 512 --rewrite "
-        "(this tree's 'CPU ms/input outside forward', 2 processes x 3 rounds, 8 batches a task; "
-        "each round replaced the last one's chunks, as a rerun does; 2-core "
-        "Intel Xeon, quiet: load average 1.2-1.4; 2026-12-06, at 0b5a2e6; a second run: "
-        "3.91 ms)",
+        1.55e-3, "CPU-s per image input outside the forward pass, its attention bytes aside: "
+        "reading and decoding a 500 x 375 JPEG (torchvision's decoder), the model's own "
+        "image processor, and the task's other work per input",
+        "thin ViT-B (224 px, ViTImageProcessor) on a simulated device (no forward pass): "
+        "1.80 and 2.00 CPU ms per input less HOST_BYTE_S x its 1.86 MB = 1.47 and 1.63 ms in "
+        "two runs of PYTHONPATH=. python benchmarks/plan_costs.py host (2-core AMD EPYC, "
+        "2 cores a task, nothing deleted in the last minute; 2026-12-07, at 5acd794)",
     ),
     "HOST_TEXT_S": Constant(
-        0.7e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
-        "(tokenisation: the model's own tokenizer)",
-        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 1.81 CPU ms per input less "
-        "HOST_BYTE_S x its 0.79 MB; the same run (the second: 1.25 ms)",
+        0.72e-3, "CPU-s per text input outside the forward pass, its attention bytes aside "
+        "(tokenisation: the model's own tokenizer; the task's other work per input)",
+        "thin RoBERTa (T <= 128, pydoc's topics, the tiny BPE): 0.74 and 1.01 CPU ms per input "
+        "less HOST_BYTE_S x its 0.79 MB = 0.60 and 0.85 ms; the same two runs",
     ),
     "HOST_BYTE_S": Constant(
-        1.43e-9, "CPU-s per byte of an input's padded attention: cropped into the chunk "
-        "buffer, checked finite, written to the store",
-        "thin DINOv2 at 518 px (T = 1370, 90.1 MB per input): 129.1 CPU ms per input outside "
-        "the forward pass / 90.1 MB (its decode and processor included: an upper bound); the "
-        "same command, --models dinov2-l-reg,dinov2-518, load average 3.6-4.6 (each round "
-        "replaced the last one's chunks: new files cost less)",
+        1.9e-10, "CPU-s per byte of an input's padded attention: cropped into the chunk "
+        "buffer (on a GPU worker the device does this: an upper bound there), checked finite, "
+        "written to the store (direct where the file system takes it) and its checksum taken",
+        "thin DINOv2 at 518 px (T = 1370, 90.1 MB per input) on a simulated device: 17.6 and "
+        "19.6 CPU ms per input less its load alone (1.75 and 1.65 ms) / 90.1 MB = 1.76e-10 and "
+        "2.00e-10; the same two runs (buffered writes at 0b5a2e6 gave 1.43e-9)",
     ),
 })
 
