@@ -30,10 +30,6 @@ def _nothing(k: int) -> None:
     """No stage."""
 
 
-def _none() -> None:
-    """No tail."""
-
-
 def serial_map(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
     """`fn` over `items` on this thread, in order."""
     return [fn(item) for item in items]
@@ -62,15 +58,16 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
             result = run(k, load(k, serial_map))
             ahead(k)
             write(k, result, serial_map)
-        (tail or _none)()
+        if tail is not None:
+            tail()
         return
-    parts = ThreadPoolExecutor(cores, thread_name_prefix="extract-part")
-    beside = serial_map if cores == 2 else _mapper(
-        ThreadPoolExecutor(cores - 1, thread_name_prefix="extract-part"))
+    part_pools = [ThreadPoolExecutor(count, thread_name_prefix="extract-part")
+                  for count in ((cores, cores - 1) if cores > 2 else (cores,))]
+    on_pool = _mapper(part_pools[0])
+    beside = _mapper(part_pools[1]) if cores > 2 else serial_map  # a load beside a forward pass
     loader = ThreadPoolExecutor(1, thread_name_prefix="extract-load")
     writer = ThreadPoolExecutor(1, thread_name_prefix="extract-write")
 
-    on_pool = _mapper(parts)
     written: Future | None = None  # batch k-1's write
     try:
         loading = loader.submit(load, 0, on_pool) if n else None
@@ -88,7 +85,8 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
             readying.pop(k).result()
             # the last write has the cores to itself: every load is done
             written = writer.submit(write, k, result, on_pool if k == n - 1 else serial_map)
-        (tail or _none)()
+        if tail is not None:
+            tail()
         if written is not None:
             written.result()
     except KeyboardInterrupt:
@@ -102,18 +100,16 @@ def run_batches(n: int, load: Callable[[int, Mapper], Any], run: Callable[[int, 
         raise
     finally:
         stop.set()
-        pools = [parts, *([] if beside is serial_map else [beside.pool]), loader, writer]
-        for pool in pools[:-2]:
+        for pool in part_pools:
             pool.shutdown(wait=False, cancel_futures=True)  # parts not started never start
-        for pool in pools:
+        for pool in (loader, *part_pools, writer):
             pool.shutdown(wait=True)
 
 
 def _mapper(pool: ThreadPoolExecutor) -> Mapper:
-    """A `Mapper` over `pool`'s threads (`.pool`: the pool, for its shutdown)."""
+    """A `Mapper` over `pool`'s threads."""
     def on_pool(fn: Callable[[A], B], items: Sequence[A]) -> list[B]:
         futures = [pool.submit(fn, item) for item in items]
         return [future.result() for future in futures]
 
-    on_pool.pool = pool  # type: ignore[attr-defined]
     return on_pool
