@@ -36,7 +36,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pipeline_bench as pb  # noqa: E402
 
 
 def training(recipe: str, table: str, seed: int, options: dict | None = None) -> dict:
@@ -87,10 +94,6 @@ def nulls(sizes: list[int], trials: int) -> list[dict]:
 def host(models: list[str], rounds: int) -> list[dict]:
     """Per model: CPU-s per input of its load alone and of its task on a simulated device;
     then one record of the fitted constants (`host` above)."""
-    import tempfile
-    from pathlib import Path
-
-    pb = _pipeline_bench()
     records = []
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch)
@@ -109,25 +112,12 @@ def host(models: list[str], rounds: int) -> list[dict]:
     return [*records, fit]
 
 
-def _pipeline_bench():
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import pipeline_bench
-
-    return pipeline_bench
-
-
 def _host_costs(measured, rounds: int) -> dict:
     """CPU-s per input of `measured`'s load alone (in this thread, one torch thread) and of its
     task on a simulated device, each the least of `rounds` (the process's CPU: every thread)."""
-    import os
-
     from workers.models.determinism import fixed_torch
     from workers.tasks.extract import fresh_digests
 
-    pb = _pipeline_bench()
     extractor, task = measured.extractor, measured.tasks[0]
     dataset, _ = fresh_digests(task)
     parts = [range(a, min(a + task.batch_size, task.stop))
